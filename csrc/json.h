@@ -1,0 +1,127 @@
+/* Strict JSON (RFC 8259) scanner over a sized span.
+ *
+ * ha_json_parse() validates a whole document in one pass, with no
+ * allocation, and returns the span of its top value. Everything else works
+ * on spans of a document that ha_json_parse() accepted: iterating members
+ * and elements, looking up keys, and extracting values on demand.
+ *
+ * Rules (each has a test):
+ *  - RFC 8259 grammar exactly: no trailing commas, single quotes, comments,
+ *    leading zeros, leading '+', NaN/Infinity, raw control characters
+ *    (< 0x20) in strings, escapes other than \" \\ \/ \b \f \n \r \t \uXXXX,
+ *    a BOM, or anything but whitespace after the top value.
+ *  - nesting deeper than max_depth (HA_JSON_MAX_DEPTH by default) is
+ *    HA_JSON_ERR_DEPTH, not a syntax error.
+ *  - bytes >= 0x80 are allowed only inside strings. Invalid UTF-8 there is
+ *    not a syntax error: decoding replaces each maximal invalid subsequence
+ *    with U+FFFD exactly as Python's bytes.decode("utf-8", "replace") does,
+ *    and HA_JSON_FLAG_BAD_UTF8 is set.
+ *  - a \u escape of an unpaired surrogate is accepted (the grammar allows
+ *    it); decoding gives U+FFFD and HA_JSON_FLAG_LONE_SURROGATE is set.
+ *  - duplicate keys are allowed; lookup returns the last one.
+ *  - numbers: any grammatical number is accepted by the scanner. Extraction
+ *    of an integer outside int64 is HA_JSON_ERR_RANGE; of a float whose
+ *    magnitude overflows a double is HA_JSON_ERR_RANGE; a float underflow
+ *    rounds to zero (or the nearest subnormal) and is not an error.
+ */
+#ifndef HA_JSON_H
+#define HA_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HA_JSON_MAX_DEPTH 64u
+/* Hard ceiling on max_depth: the parser's container stack is a bitset of
+ * this many bits on its own stack frame (128 bytes). */
+#define HA_JSON_DEPTH_LIMIT 1024u
+
+typedef enum {
+    HA_JSON_OK = 0,
+    HA_JSON_ERR_EMPTY = 1,     /* nothing but whitespace */
+    HA_JSON_ERR_SYNTAX = 2,    /* not RFC 8259; *err_offset says where */
+    HA_JSON_ERR_DEPTH = 3,     /* nested deeper than max_depth */
+    HA_JSON_ERR_TRAILING = 4,  /* a valid value followed by more than whitespace */
+    HA_JSON_ERR_TYPE = 5,      /* extraction asked for another kind of value */
+    HA_JSON_ERR_RANGE = 6,     /* number out of range for the requested type */
+    HA_JSON_ERR_SPACE = 7      /* the output buffer is too small */
+} ha_json_status;
+
+typedef enum {
+    HA_JSON_ABSENT = 0, /* no such member or element: distinct from null */
+    HA_JSON_NULL = 1,
+    HA_JSON_FALSE = 2,
+    HA_JSON_TRUE = 3,
+    HA_JSON_NUMBER = 4,
+    HA_JSON_STRING = 5,
+    HA_JSON_ARRAY = 6,
+    HA_JSON_OBJECT = 7
+} ha_json_kind;
+
+#define HA_JSON_FLAG_BAD_UTF8 1u       /* a string holds invalid UTF-8 */
+#define HA_JSON_FLAG_LONE_SURROGATE 2u /* a string escapes a lone surrogate */
+
+/* A value: byte offsets [start, end) into its document. A string's span
+ * includes its quotes. kind == HA_JSON_ABSENT has start == end == 0. */
+typedef struct {
+    size_t start;
+    size_t end;
+    ha_json_kind kind;
+} ha_json_val;
+
+/* Validate doc[0 .. len). On success *root is the top value (surrounding
+ * whitespace excluded) and *flags has the HA_JSON_FLAG_* bits of all its
+ * strings, keys included. On failure *err_offset is the offset of the first
+ * byte that cannot continue a valid document (len when it ends too soon).
+ *
+ * Depth counts open containers: a scalar is depth 0, `[]` depth 1, `[{}]`
+ * depth 2; depth == max_depth is accepted, one more is HA_JSON_ERR_DEPTH
+ * with *err_offset at the bracket that went too deep. max_depth 0 means
+ * HA_JSON_MAX_DEPTH; above HA_JSON_DEPTH_LIMIT it is clamped to it.
+ * HA_JSON_ERR_TRAILING and HA_JSON_ERR_EMPTY set *err_offset too (first
+ * byte after the value; len). err_offset and flags may be NULL. */
+ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
+                             ha_json_val *root, size_t *err_offset,
+                             unsigned *flags);
+
+/* Iteration over an array or object span of an accepted document. */
+typedef struct {
+    const uint8_t *doc;
+    size_t pos;
+    size_t end;
+} ha_json_iter;
+
+void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container);
+/* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
+int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
+/* Next element: 1 with *value, or 0 at the end. */
+int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
+
+/* Whether key (a string span) decodes to exactly want[0 .. want_len). */
+int ha_json_key_eq(const uint8_t *doc, ha_json_val key,
+                   const uint8_t *want, size_t want_len);
+/* The value of the last member named want, or an HA_JSON_ABSENT value. */
+ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj,
+                            const uint8_t *want, size_t want_len);
+
+/* Largest decoded size of a string span: the out capacity that always fits. */
+size_t ha_json_str_max(ha_json_val s);
+/* Decode a string span as UTF-8 into out[0 .. cap). *out_len gets the
+ * length (0 unless HA_JSON_OK); *flags gets the HA_JSON_FLAG_* bits of this
+ * string (OR-ed in; flags may be NULL). */
+ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
+                                  uint8_t *out, size_t cap, size_t *out_len,
+                                  unsigned *flags);
+/* Integer grammar only: a fraction or exponent is HA_JSON_ERR_TYPE. */
+ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
+/* Correctly rounded whatever the number's length, independent of the C
+ * locale's decimal point. */
+ha_json_status ha_json_get_f64(const uint8_t *doc, ha_json_val v, double *out);
+ha_json_status ha_json_get_bool(ha_json_val v, int *out);
+
+/* Append bytes[0 .. n) to out as UTF-8 with the same replacement rule as
+ * strings (for SSE names and ids). Returns the bytes written (at most 3n);
+ * sets HA_JSON_FLAG_BAD_UTF8 in *flags if anything was replaced. */
+size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out,
+                        unsigned *flags);
+
+#endif

@@ -1,0 +1,261 @@
+/* Contract tests of the batch layer (extract.h): records per protocol,
+ * coalescing, the output-full transaction, end-of-stream reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "extract.h"
+
+#define SSE_CAP 4096u
+
+typedef struct {
+    ha_stream st;
+    uint8_t sse[SSE_CAP];
+    int64_t recs[HA_REC_HEADER + 64 * HA_REC_WORDS];
+    uint8_t text[3 * SSE_CAP + 4096];
+    uint8_t raw[SSE_CAP + 1024];
+    size_t n;
+} fixture;
+
+static fixture *open_stream(ha_protocol proto, size_t rec_count)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || ha_stream_init(&f->st, proto, f->sse, SSE_CAP, f->recs,
+                             HA_REC_HEADER + rec_count * HA_REC_WORDS, f->text,
+                             sizeof f->text, f->raw, sizeof f->raw) != 0) {
+        fprintf(stderr, "cannot set up a stream\n");
+        exit(2);
+    }
+    return f;
+}
+
+static size_t feed(fixture *f, const char *s)
+{
+    f->n = ha_stream_feed(&f->st, (const uint8_t *)s, strlen(s));
+    return f->n;
+}
+
+static const int64_t *rec(const fixture *f, size_t i)
+{
+    return f->recs + HA_REC_HEADER + i * HA_REC_WORDS;
+}
+
+/* The text of span word w of record i (code-point offsets) compared with
+ * want: walks the text area to turn code points into bytes. */
+static int span_is(const fixture *f, size_t i, int w, const char *want)
+{
+    const int64_t *r = rec(f, i);
+    if (r[w] < 0)
+        return want == NULL;
+    if (!want)
+        return 0;
+    size_t byte = 0, chars = 0, start = 0;
+    size_t limit = (size_t)f->recs[HA_HDR_TEXT];
+    while (chars < (size_t)r[w + 1] && byte <= limit) {
+        if (chars == (size_t)r[w])
+            start = byte;
+        byte++;
+        while (byte < limit && (f->text[byte] & 0xC0) == 0x80)
+            byte++;
+        chars++;
+    }
+    if (r[w] == r[w + 1])
+        start = byte;
+    return byte - start == strlen(want) && memcmp(f->text + start, want, byte - start) == 0;
+}
+
+static int raw_is(const fixture *f, size_t i, const char *want)
+{
+    const int64_t *r = rec(f, i);
+    size_t n = (size_t)(r[11] - r[10]);
+    return r[10] >= 0 && n == strlen(want) && memcmp(f->raw + r[10], want, n) == 0;
+}
+
+static void test_chat_text_and_coalescing(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 64);
+    feed(f, "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+            "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n"
+            "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u4f60\"}}]}\n\n");
+    CHECK(c, f->n == 2);
+    CHECK(c, f->recs[HA_HDR_EVENTS] == 3);
+    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "c1") && span_is(f, 0, 6, "m"));
+    CHECK(c, rec(f, 1)[0] == HA_REC_TEXT && rec(f, 1)[1] == 0 && span_is(f, 1, 4, "Hello \xe4\xbd\xa0"));
+    /* same id and model next call: no META; a text piece of another choice
+       is a record of its own */
+    feed(f, "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"}},{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[1] == 1 && rec(f, 1)[1] == 0 && span_is(f, 1, 4, "b"));
+    free(f);
+}
+
+static void test_chat_tools_finish_usage_done(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 64);
+    feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":\"\"}}]}}]}\n\n"
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"a\\\"\"}}]}}]}\n\n"
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]}}]}\n\n"
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"\"}]}\n\n"
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n"
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n"
+            "data: [DONE]\n\n");
+    CHECK(c, f->n == 5);
+    CHECK(c, rec(f, 0)[0] == HA_REC_TOOL_START && rec(f, 0)[2] == 0 && span_is(f, 0, 4, "call_1") &&
+                 span_is(f, 0, 6, "get") && span_is(f, 0, 8, "function"));
+    CHECK(c, rec(f, 1)[0] == HA_REC_TOOL_ARGS && span_is(f, 1, 4, "{\"a\":1}"));
+    CHECK(c, rec(f, 2)[0] == HA_REC_FINISH && rec(f, 2)[1] == 0 && span_is(f, 2, 4, "tool_calls"));
+    CHECK(c, rec(f, 3)[0] == HA_REC_USAGE && rec(f, 3)[HA_USAGE_INPUT] == 5 &&
+                 rec(f, 3)[HA_USAGE_OUTPUT] == 7 && rec(f, 3)[HA_USAGE_TOTAL] == 12 &&
+                 rec(f, 3)[HA_USAGE_CACHE_READ] == 2 && rec(f, 3)[HA_USAGE_REASONING] == -1);
+    CHECK(c, rec(f, 4)[0] == HA_REC_END && rec(f, 4)[3] == 0);
+    /* a tool call without index (Ollama) keeps sub = -1 */
+    feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"x\",\"function\":{\"name\":\"n\",\"arguments\":\"{}\"}}]}}]}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[2] == -1 && rec(f, 1)[0] == HA_REC_TOOL_ARGS && rec(f, 1)[2] == -1);
+    free(f);
+}
+
+static void test_chat_errors_and_warnings(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 64);
+    feed(f, "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "server_error") &&
+                 span_is(f, 0, 6, "overloaded") &&
+                 raw_is(f, 0, "{\"message\":\"overloaded\",\"type\":\"server_error\"}"));
+    feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_WARNING && rec(f, 0)[3] == HA_WARN_FIELD_TYPE &&
+                 span_is(f, 0, 4, "choices[].delta.content"));
+    feed(f, "data: {\"choices\":[1,]}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_BAD_JSON && rec(f, 0)[2] == HA_JSON_ERR_SYNTAX &&
+                 rec(f, 0)[1] == 14 && raw_is(f, 0, "{\"choices\":[1,]}"));
+    feed(f, "data: [1]\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_NOT_OBJECT);
+    feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\xff\"}}]}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[0] == HA_REC_TEXT && span_is(f, 0, 4, "a\xef\xbf\xbd") &&
+                 rec(f, 1)[3] == HA_WARN_REPLACED_UTF8);
+    feed(f, "error: {\"message\":\"old llama.cpp\"}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_UNKNOWN_FIELD && span_is(f, 0, 4, "error") &&
+                 raw_is(f, 0, "{\"message\":\"old llama.cpp\"}"));
+    free(f);
+}
+
+static void test_anthropic(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_ANTHROPIC, 64);
+    feed(f, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"
+            "event: ping\ndata: {\"type\": \"ping\"}\n\n"
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}   \n\n"
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get\",\"input\":{}}}\n\n"
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n"
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n"
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"future_delta\"}}\n\n"
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":65}}\n\n"
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    CHECK(c, f->n == 11);
+    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "msg_1") && span_is(f, 0, 6, "claude"));
+    CHECK(c, rec(f, 1)[0] == HA_REC_USAGE && rec(f, 1)[HA_USAGE_INPUT] == 9);
+    CHECK(c, rec(f, 2)[0] == HA_REC_BLOCK_START && rec(f, 2)[2] == HA_ITEM_TEXT);
+    CHECK(c, rec(f, 3)[0] == HA_REC_TEXT && span_is(f, 3, 4, "Hi"));
+    CHECK(c, rec(f, 4)[0] == HA_REC_BLOCK_STOP && rec(f, 4)[1] == 0);
+    CHECK(c, rec(f, 5)[0] == HA_REC_BLOCK_START && rec(f, 5)[2] == HA_ITEM_TOOL_USE &&
+                 span_is(f, 5, 4, "toolu_1") && span_is(f, 5, 6, "get"));
+    CHECK(c, rec(f, 6)[0] == HA_REC_TOOL_ARGS && span_is(f, 6, 4, "{}"));
+    CHECK(c, rec(f, 7)[0] == HA_REC_WARNING && rec(f, 7)[3] == HA_WARN_UNKNOWN_DELTA);
+    CHECK(c, rec(f, 8)[0] == HA_REC_FINISH && span_is(f, 8, 4, "tool_use") && span_is(f, 8, 6, NULL));
+    CHECK(c, rec(f, 9)[0] == HA_REC_USAGE && rec(f, 9)[HA_USAGE_OUTPUT] == 65);
+    CHECK(c, rec(f, 10)[0] == HA_REC_END && rec(f, 10)[3] == 1);
+    feed(f, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "overloaded_error") &&
+                 span_is(f, 0, 6, "Overloaded"));
+    free(f);
+}
+
+static void test_responses(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OPENAI_RESPONSES, 64);
+    feed(f, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt\"}}\n\n"
+            "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"get\",\"arguments\":\"\"}}\n\n"
+            "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_1\",\"output_index\":0,\"delta\":\"{\\\"x\\\"\"}\n\n"
+            "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_1\",\"output_index\":0,\"delta\":\":2}\"}\n\n"
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_2\",\"output_index\":1,\"content_index\":0,\"delta\":\"ok\"}\n\n"
+            "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"get\",\"arguments\":\"{\\\"x\\\":2}\"}}\n\n"
+            "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"total_tokens\":7,\"output_tokens_details\":{\"reasoning_tokens\":1}}}}\n\n"
+            "event: response.new_thing\ndata: {\"type\":\"response.new_thing\"}\n\n");
+    CHECK(c, f->n == 8);
+    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "resp_1"));
+    CHECK(c, rec(f, 1)[0] == HA_REC_BLOCK_START && rec(f, 1)[2] == HA_ITEM_TOOL_USE &&
+                 span_is(f, 1, 4, "call_9") && span_is(f, 1, 6, "get") && span_is(f, 1, 8, "fc_1"));
+    CHECK(c, rec(f, 2)[0] == HA_REC_TOOL_ARGS && span_is(f, 2, 4, "{\"x\":2}") && span_is(f, 2, 6, "fc_1"));
+    CHECK(c, rec(f, 3)[0] == HA_REC_TEXT && rec(f, 3)[1] == 1 && rec(f, 3)[2] == 0 &&
+                 span_is(f, 3, 4, "ok") && span_is(f, 3, 6, "msg_2"));
+    CHECK(c, rec(f, 4)[0] == HA_REC_BLOCK_STOP && span_is(f, 4, 6, "{\"x\":2}") && span_is(f, 4, 8, "fc_1"));
+    CHECK(c, rec(f, 5)[0] == HA_REC_USAGE && rec(f, 5)[HA_USAGE_TOTAL] == 7 && rec(f, 5)[HA_USAGE_REASONING] == 1);
+    CHECK(c, rec(f, 6)[0] == HA_REC_FINISH && rec(f, 6)[2] == HA_FINISH_INCOMPLETE &&
+                 span_is(f, 6, 4, "max_output_tokens"));
+    CHECK(c, rec(f, 7)[0] == HA_REC_WARNING && rec(f, 7)[3] == HA_WARN_UNKNOWN_EVENT);
+    free(f);
+}
+
+static void test_output_full_is_a_transaction(check_counts *c)
+{
+    /* room for two records: the third event's two records must wait whole */
+    fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 2);
+    const char *s = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
+                    "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}}]}\n\n"
+                    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}},{\"index\":1,\"delta\":{\"content\":\"d\"}}]}\n\n"
+                    "data: [DONE]\n\n";
+    size_t len = strlen(s);
+    f->n = ha_stream_feed(&f->st, (const uint8_t *)s, len);
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, 4, "a") && span_is(f, 1, 4, "b"));
+    size_t used = (size_t)f->recs[HA_HDR_CONSUMED];
+    f->n = ha_stream_feed(&f->st, (const uint8_t *)s + used, len - used);
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, 4, "c") && span_is(f, 1, 4, "d"));
+    used += (size_t)f->recs[HA_HDR_CONSUMED];
+    f->n = ha_stream_feed(&f->st, (const uint8_t *)s + used, len - used);
+    CHECK(c, f->n == 1 && f->recs[HA_HDR_FULL] == 0 && rec(f, 0)[0] == HA_REC_END);
+    free(f);
+
+    /* an event that cannot fit even alone is reported, not looped on */
+    f = open_stream(HA_PROTO_OPENAI_CHAT, 1);
+    feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}},{\"index\":1,\"delta\":{\"content\":\"d\"}}]}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_FRAMING_ERROR && rec(f, 0)[3] == HA_ERR_OUTPUT_TOO_LARGE);
+    free(f);
+}
+
+static void test_framing_records_and_tail(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_SSE, 64);
+    feed(f, "\xef\xbb\xbfid: 7\nevent: note\ndata: x\ndata: y\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_SSE_EVENT && rec(f, 0)[3] == 1 &&
+                 span_is(f, 0, 4, "note") && span_is(f, 0, 6, "7") && raw_is(f, 0, "x\ny"));
+    char *big = malloc(SSE_CAP + 64);
+    memcpy(big, "data: ", 6);
+    memset(big + 6, 'z', SSE_CAP + 8);
+    memcpy(big + SSE_CAP + 14, "\n\n", 3);
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_FRAMING_ERROR && rec(f, 0)[3] == HA_ERR_EVENT_TOO_LARGE);
+    free(big);
+    feed(f, "data: after\n\ndata: cut");
+    CHECK(c, f->n == 1 && raw_is(f, 0, "after"));
+    f->n = ha_stream_close(&f->st);
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_TAIL &&
+                 rec(f, 0)[3] == (HA_SSE_TAIL_UNTERMINATED_EVENT | HA_SSE_TAIL_PARTIAL_LINE) &&
+                 rec(f, 0)[1] == 3);
+    free(f);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    check_counts c = {0, 0};
+    test_chat_text_and_coalescing(&c);
+    test_chat_tools_finish_usage_done(&c);
+    test_chat_errors_and_warnings(&c);
+    test_anthropic(&c);
+    test_responses(&c);
+    test_output_full_is_a_transaction(&c);
+    test_framing_records_and_tail(&c);
+    return check_summary(&c);
+}
