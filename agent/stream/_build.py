@@ -1,0 +1,86 @@
+"""cffi build script (API, out-of-line mode) for the C stream core in csrc/.
+
+setuptools runs it through `cffi_modules` at install time; it produces the
+extension module agent.stream._core. Constants and enum values are taken from
+the C headers by the compiler (the `...` below), so csrc/ is their only source.
+"""
+
+import os
+
+from cffi import FFI
+
+CSRC = "csrc"
+SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "extract.c")]
+
+CDEF = """
+#define HA_REC_WORDS ...
+#define HA_REC_HEADER ...
+#define HA_SSE_DEFAULT_CAPACITY ...
+#define HA_SSE_MIN_CAPACITY ...
+#define HA_JSON_MAX_DEPTH ...
+#define HA_JSON_FLAG_BAD_UTF8 ...
+#define HA_JSON_FLAG_LONE_SURROGATE ...
+#define HA_SSE_TAIL_UNTERMINATED_EVENT ...
+#define HA_SSE_TAIL_PARTIAL_LINE ...
+#define HA_SSE_TAIL_INCOMPLETE_UTF8 ...
+
+typedef enum { HA_PROTO_SSE, HA_PROTO_OPENAI_CHAT, HA_PROTO_ANTHROPIC,
+               HA_PROTO_OPENAI_RESPONSES, ... } ha_protocol;
+typedef enum { HA_HDR_EVENTS, HA_HDR_TEXT, HA_HDR_CONSUMED, HA_HDR_FULL, ... }
+    ha_header_word;
+typedef enum { HA_REC_SSE_EVENT, HA_REC_TEXT, HA_REC_REASONING, HA_REC_REFUSAL,
+               HA_REC_SIGNATURE, HA_REC_TOOL_START, HA_REC_TOOL_ARGS,
+               HA_REC_BLOCK_START, HA_REC_BLOCK_STOP, HA_REC_CITATION,
+               HA_REC_FINISH, HA_REC_USAGE, HA_REC_META, HA_REC_ERROR,
+               HA_REC_END, HA_REC_WARNING, HA_REC_FRAMING_ERROR, HA_REC_TAIL,
+               HA_REC_UNKNOWN_FIELD, ... } ha_rec_kind;
+typedef enum { HA_JSON_ABSENT, HA_JSON_NULL, HA_JSON_FALSE, HA_JSON_TRUE,
+               HA_JSON_NUMBER, HA_JSON_STRING, HA_JSON_ARRAY, HA_JSON_OBJECT,
+               ... } ha_json_kind;
+typedef enum { HA_JSON_OK, HA_JSON_ERR_EMPTY, HA_JSON_ERR_SYNTAX,
+               HA_JSON_ERR_DEPTH, HA_JSON_ERR_TRAILING, HA_JSON_ERR_TYPE,
+               HA_JSON_ERR_RANGE, HA_JSON_ERR_SPACE, ... } ha_json_status;
+
+typedef struct { ...; } ha_stream;
+typedef struct { size_t start; size_t end; ha_json_kind kind; } ha_json_val;
+typedef struct { ...; } ha_json_iter;
+
+size_t ha_stream_text_size(size_t sse_cap);
+size_t ha_stream_raw_size(size_t sse_cap);
+int ha_stream_init(ha_stream *st, ha_protocol proto,
+                   uint8_t *sse_buf, size_t sse_cap,
+                   int64_t *recs, size_t rec_words,
+                   uint8_t *text, size_t text_cap,
+                   uint8_t *raw, size_t raw_cap);
+size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len);
+size_t ha_stream_close(ha_stream *st);
+int64_t ha_stream_retry(const ha_stream *st);
+
+ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
+                             ha_json_val *root, size_t *err_offset,
+                             unsigned *flags);
+void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container);
+int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
+int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
+ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj,
+                            const uint8_t *want, size_t want_len);
+size_t ha_json_str_max(ha_json_val s);
+ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
+                                  uint8_t *out, size_t cap, size_t *out_len,
+                                  unsigned *flags);
+ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
+ha_json_status ha_json_get_f64(const uint8_t *doc, ha_json_val v, double *out);
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+ffibuilder.set_source(
+    "agent.stream._core",
+    '#include "extract.h"\n',
+    sources=SOURCES,
+    include_dirs=[CSRC],
+    extra_compile_args=["-std=c11", "-O2"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,206 @@
+"""StreamDecoder: the sans-IO face of the C stream core.
+
+Bytes in, events out, no I/O and no clock. One C call per network read
+frames, scans and extracts every complete event in it; this module turns the
+records that call wrote into the event objects of agent.stream.events. The
+text of all records of one call is decoded once into a single str, so a
+record's strings are slices of it (a whole-string slice is the str itself).
+"""
+
+from __future__ import annotations
+
+from agent.stream._binding import ffi, lib
+from agent.stream.events import (
+    BlockStart,
+    BlockStop,
+    Citation,
+    DecodeWarning,
+    Finish,
+    FinishStatus,
+    FramingError,
+    FramingErrorCode,
+    ItemKind,
+    JSONStatus,
+    Meta,
+    Protocol,
+    ProviderError,
+    ReasoningDelta,
+    RefusalDelta,
+    SignatureDelta,
+    SSEEvent,
+    StreamEnd,
+    TextDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    Truncated,
+    UnknownField,
+    Usage,
+    WarningCode,
+)
+
+DEFAULT_BUFFER_SIZE = lib.HA_SSE_DEFAULT_CAPACITY
+DEFAULT_RECORDS = 512
+
+_W = lib.HA_REC_WORDS
+_HDR = lib.HA_REC_HEADER
+_TEXT = lib.HA_REC_TEXT
+_REASONING = lib.HA_REC_REASONING
+_TOOL_ARGS = lib.HA_REC_TOOL_ARGS
+_SSE_EVENT = lib.HA_REC_SSE_EVENT
+_END_SENTINELS = ("[DONE]", "message_stop")
+_ITEM_KINDS = {k.value: k for k in ItemKind}
+_FINISH = {k.value: k for k in FinishStatus}
+_WARNINGS = {k.value: k for k in WarningCode}
+_FRAMING = {k.value: k for k in FramingErrorCode}
+_JSON_STATUS = {k.value: k for k in JSONStatus}
+
+
+class StreamClosedError(RuntimeError):
+    """feed() after close(): the stream is over."""
+
+
+class StreamDecoder:
+    """Decode one HTTP response body of the given protocol.
+
+    buffer_size bounds one SSE event's data (default 64 KiB); an event over
+    it becomes a FramingError and decoding goes on with the next event.
+    Memory is allocated here, once; feeding allocates nothing in C.
+    """
+
+    __slots__ = ("protocol", "_st", "_areas", "_recs", "_text", "_raw",
+                 "_feed", "_closed")
+
+    def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
+                 buffer_size: int = DEFAULT_BUFFER_SIZE,
+                 records: int = DEFAULT_RECORDS) -> None:
+        if buffer_size < lib.HA_SSE_MIN_CAPACITY:
+            raise ValueError(f"buffer_size must be at least {lib.HA_SSE_MIN_CAPACITY}")
+        if records < 1:
+            raise ValueError("records must be at least 1")
+        self.protocol = Protocol(protocol)
+        sse_buf = ffi.new("uint8_t[]", buffer_size)
+        recs = ffi.new("int64_t[]", _HDR + records * _W)
+        text = ffi.new("uint8_t[]", lib.ha_stream_text_size(buffer_size))
+        raw = ffi.new("uint8_t[]", lib.ha_stream_raw_size(buffer_size))
+        st = ffi.new("ha_stream *")
+        if lib.ha_stream_init(st, int(self.protocol), sse_buf, buffer_size,
+                              recs, len(recs), text, len(text), raw, len(raw)) != 0:
+            raise ValueError("stream core rejected the buffer sizes")
+        self._st = st
+        self._areas = (sse_buf, recs, text, raw)  # owned here, used by C
+        self._recs = memoryview(ffi.buffer(recs)).cast("q")
+        self._text = memoryview(ffi.buffer(text))
+        self._raw = memoryview(ffi.buffer(raw))
+        self._feed = lib.ha_stream_feed
+        self._closed = False
+
+    @property
+    def retry(self) -> int | None:
+        """The last valid SSE `retry` value in milliseconds, if any."""
+        value = lib.ha_stream_retry(self._st)
+        return None if value < 0 else value
+
+    def feed(self, data: bytes) -> list:
+        """Decode one network read of any size, split anywhere."""
+        if self._closed:
+            raise StreamClosedError("feed() after close()")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        out: list = []
+        n = self._feed(self._st, data, len(data))
+        while True:
+            words = self._recs[:_HDR + n * _W].tolist()
+            if n:
+                self._unpack(words, n, out)
+            if not words[3]:
+                return out
+            data = data[words[2]:]
+            n = self._feed(self._st, data, len(data))
+
+    def close(self) -> list:
+        """End of stream: a pending event, then Truncated if it was cut short."""
+        if self._closed:
+            return []
+        self._closed = True
+        out: list = []
+        n = lib.ha_stream_close(self._st)
+        words = self._recs[:_HDR + n * _W].tolist()
+        if n:
+            self._unpack(words, n, out)
+        return out
+
+    def _unpack(self, w: list, n: int, out: list) -> None:
+        text = str(self._text[:w[1]], "utf-8") if w[1] else ""
+        append = out.append
+        for i in range(_HDR, _HDR + n * _W, _W):
+            kind = w[i]
+            # The common kinds first, inline: this loop is the Python hot path.
+            if kind == _TEXT:
+                append(TextDelta(w[i + 1], text[w[i + 4]:w[i + 5]],
+                                 None if w[i + 2] < 0 else w[i + 2],
+                                 None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+            elif kind == _TOOL_ARGS:
+                append(ToolArgsDelta(w[i + 1], None if w[i + 2] < 0 else w[i + 2],
+                                     text[w[i + 4]:w[i + 5]],
+                                     None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+            elif kind == _REASONING:
+                append(ReasoningDelta(w[i + 1], text[w[i + 4]:w[i + 5]],
+                                      None if w[i + 2] < 0 else w[i + 2],
+                                      None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+            elif kind == _SSE_EVENT:
+                append(SSEEvent(text[w[i + 4]:w[i + 5]],
+                                bytes(self._raw[w[i + 10]:w[i + 11]]),
+                                text[w[i + 6]:w[i + 7]] if w[i + 3] else None))
+            else:
+                append(self._rare(kind, w, i, text))
+
+    def _rare(self, kind: int, w: list, i: int, text: str):
+        def s(k: int) -> str | None:
+            return None if w[i + k] < 0 else text[w[i + k]:w[i + k + 1]]
+
+        def raw() -> bytes | None:
+            return None if w[i + 10] < 0 else bytes(self._raw[w[i + 10]:w[i + 11]])
+
+        def opt(k: int) -> int | None:
+            return None if w[i + k] < 0 else w[i + k]
+
+        if kind == lib.HA_REC_REFUSAL:
+            return RefusalDelta(w[i + 1], s(4), opt(2), s(6))
+        if kind == lib.HA_REC_SIGNATURE:
+            return SignatureDelta(w[i + 1], s(4))
+        if kind == lib.HA_REC_TOOL_START:
+            return ToolCallStart(w[i + 1], opt(2), s(4), s(6), s(8))
+        if kind == lib.HA_REC_BLOCK_START:
+            unknown = w[i + 3] == 1
+            return BlockStart(w[i + 1], _ITEM_KINDS[w[i + 2]], s(4), s(6),
+                              None if unknown else s(8),
+                              s(8) if unknown else None, raw())
+        if kind == lib.HA_REC_BLOCK_STOP:
+            return BlockStop(w[i + 1], _ITEM_KINDS.get(w[i + 2]), s(4), s(6), s(8), raw())
+        if kind == lib.HA_REC_CITATION:
+            return Citation(w[i + 1], raw())
+        if kind == lib.HA_REC_FINISH:
+            return Finish(opt(1), _FINISH[w[i + 2]], s(4), s(6))
+        if kind == lib.HA_REC_USAGE:
+            return Usage(opt(4), opt(5), opt(6), opt(7), opt(8), opt(9))
+        if kind == lib.HA_REC_META:
+            return Meta(s(4), s(6))
+        if kind == lib.HA_REC_ERROR:
+            return ProviderError(s(4), s(6), raw())
+        if kind == lib.HA_REC_END:
+            return StreamEnd(_END_SENTINELS[w[i + 3]])
+        if kind == lib.HA_REC_WARNING:
+            return DecodeWarning(_WARNINGS[w[i + 3]], s(4), raw(),
+                                 None if w[i + 2] < 0 else _JSON_STATUS[w[i + 2]],
+                                 opt(1))
+        if kind == lib.HA_REC_FRAMING_ERROR:
+            return FramingError(_FRAMING[w[i + 3]], w[i + 1])
+        if kind == lib.HA_REC_TAIL:
+            flags = w[i + 3]
+            return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),
+                             bool(flags & lib.HA_SSE_TAIL_PARTIAL_LINE),
+                             bool(flags & lib.HA_SSE_TAIL_INCOMPLETE_UTF8),
+                             w[i + 1])
+        if kind == lib.HA_REC_UNKNOWN_FIELD:
+            return UnknownField(s(4), raw() or b"", w[i + 1])
+        raise AssertionError(f"stream core wrote an unknown record kind {kind}")

@@ -1,0 +1,127 @@
+"""Strict JSON to Python objects through the C scanner (csrc/json.h).
+
+For whole documents outside the per-chunk hot path, such as a tool call's
+complete arguments. The rules are the scanner's: RFC 8259 exactly, a depth
+limit, invalid UTF-8 and lone surrogate escapes in strings replaced by U+FFFD
+and flagged, duplicate keys resolved to the last. Integers outside int64 are
+still exact Python ints; a float that overflows a double is a RANGE error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.stream._binding import ffi, lib
+from agent.stream.events import JSONStatus
+
+MAX_DEPTH = lib.HA_JSON_MAX_DEPTH
+FLAG_BAD_UTF8 = lib.HA_JSON_FLAG_BAD_UTF8
+FLAG_LONE_SURROGATE = lib.HA_JSON_FLAG_LONE_SURROGATE
+
+_NULL, _FALSE, _TRUE = lib.HA_JSON_NULL, lib.HA_JSON_FALSE, lib.HA_JSON_TRUE
+_NUMBER, _STRING = lib.HA_JSON_NUMBER, lib.HA_JSON_STRING
+_ARRAY, _OBJECT = lib.HA_JSON_ARRAY, lib.HA_JSON_OBJECT
+
+
+class JSONError(ValueError):
+    """A document the strict scanner refused, with the reason and where."""
+
+    def __init__(self, status: JSONStatus, offset: int | None = None) -> None:
+        where = "" if offset is None else f" at byte {offset}"
+        super().__init__(f"invalid JSON: {status.name.lower()}{where}")
+        self.status = status
+        self.offset = offset
+
+
+def loads(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse one strict JSON document; raises JSONError."""
+    return loads_flagged(data, max_depth)[0]
+
+
+def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
+    """Parse one document; also return its FLAG_* bits (replacements made)."""
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    root = ffi.new("ha_json_val *")
+    offset = ffi.new("size_t *")
+    flags = ffi.new("unsigned *")
+    status = lib.ha_json_parse(data, len(data), max_depth, root, offset, flags)
+    if status != lib.HA_JSON_OK:
+        return _raise(status, offset[0])
+    builder = _Builder(data)
+    return builder.value(root[0]), flags[0]
+
+
+def _raise(status: int, offset: int | None = None):
+    raise JSONError(JSONStatus(status), offset)
+
+
+class _Builder:
+    __slots__ = ("doc", "key", "val", "out", "out_len", "i64", "f64", "flags")
+
+    def __init__(self, doc: bytes) -> None:
+        self.doc = doc
+        self.key = ffi.new("ha_json_val *")
+        self.val = ffi.new("ha_json_val *")
+        self.out = ffi.new("uint8_t[]", 64)
+        self.out_len = ffi.new("size_t *")
+        self.i64 = ffi.new("int64_t *")
+        self.f64 = ffi.new("double *")
+        self.flags = ffi.new("unsigned *")
+
+    def value(self, v) -> Any:
+        kind = v.kind
+        if kind == _STRING:
+            return self.string(v)
+        if kind == _NUMBER:
+            return self.number(v)
+        if kind == _OBJECT:
+            return self.obj(v)
+        if kind == _ARRAY:
+            return self.array(v)
+        if kind == _NULL:
+            return None
+        if kind == _TRUE:
+            return True
+        if kind == _FALSE:
+            return False
+        raise AssertionError(f"scanner gave an unknown kind {kind}")
+
+    def string(self, v) -> str:
+        need = lib.ha_json_str_max(v)
+        if len(self.out) < need:
+            self.out = ffi.new("uint8_t[]", need)
+        status = lib.ha_json_str_decode(self.doc, v, self.out, len(self.out),
+                                        self.out_len, self.flags)
+        if status != lib.HA_JSON_OK:
+            _raise(status, v.start)
+        return ffi.unpack(self.out, self.out_len[0]).decode("utf-8")
+
+    def number(self, v) -> int | float:
+        status = lib.ha_json_get_i64(self.doc, v, self.i64)
+        if status == lib.HA_JSON_OK:
+            return self.i64[0]
+        if status == lib.HA_JSON_ERR_RANGE:
+            return int(self.doc[v.start:v.end])  # an exact integer beyond int64
+        status = lib.ha_json_get_f64(self.doc, v, self.f64)
+        if status != lib.HA_JSON_OK:
+            _raise(status, v.start)
+        return self.f64[0]
+
+    def obj(self, v) -> dict:
+        it = ffi.new("ha_json_iter *")
+        lib.ha_json_iter_init(it, self.doc, v)
+        members = []
+        key, val = self.key, self.val
+        while lib.ha_json_obj_next(it, key, val):
+            members.append((ffi.new("ha_json_val *", key[0]), ffi.new("ha_json_val *", val[0])))
+        return {self.string(k[0]): self.value(m[0]) for k, m in members}
+
+    def array(self, v) -> list:
+        it = ffi.new("ha_json_iter *")
+        lib.ha_json_iter_init(it, self.doc, v)
+        items = []
+        val = self.val
+        while lib.ha_json_arr_next(it, val):
+            items.append(ffi.new("ha_json_val *", val[0]))
+        return [self.value(item[0]) for item in items]

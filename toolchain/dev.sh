@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Set up a development checkout and run its main jobs. Idempotent: what is
+# already there is not installed again.
+#
+#   toolchain/dev.sh demo   Python venv + the package, then `homeagent demo`
+#   toolchain/dev.sh test   also the C toolchains, then every test: C contract
+#                           tests (gcc, clang), sanitizers, aarch64 build run
+#                           under qemu-aarch64, and the pytest suite
+#   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
+#
+# Debian packages are installed with apt-get (through sudo when not root).
+# The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
+set -euo pipefail
+
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in
+    demo|test|fuzz) job=$1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+esac
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+PYTHON=${PYTHON:-python3}
+VENV=$root/.venv
+SHARED=$root/../shared
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    echo "installing Debian packages: ${missing[*]}"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+setup_python() {
+    apt_install python3 python3-venv python3-dev gcc libc6-dev
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PYTHON" -m venv "$VENV"
+    fi
+    local log=$VENV/install.log
+    # No build isolation: the build uses the venv's cffi and setuptools, and
+    # the editable install compiles agent/stream/_core in place. The build's
+    # chatter goes to a log, shown only if something fails.
+    if ! { "$VENV/bin/python" -m pip install -q --upgrade pip "setuptools>=77" wheel "cffi>=1.17" &&
+           "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[$1]"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "dev.sh: installing the Python package failed (log above, also in $log)" >&2
+        exit 1
+    fi
+}
+
+setup_c() {
+    apt_install make clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+}
+
+case "$job" in
+demo)
+    setup_python test
+    "$VENV/bin/homeagent" demo
+    ;;
+test)
+    setup_c
+    setup_python test,bench
+    suite=()
+    if [ -d "$SHARED/jsontestsuite/test_parsing" ]; then
+        suite=(JSONTESTSUITE="$SHARED/jsontestsuite/test_parsing")
+    fi
+    make -C csrc compilers sanitize qemu "${suite[@]}"
+    "$VENV/bin/python" -m pytest -q tests
+    ;;
+fuzz)
+    setup_c
+    make -C csrc fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+    ;;
+esac
