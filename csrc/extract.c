@@ -34,10 +34,14 @@ int ha_stream_init(ha_stream *st, ha_protocol proto, uint8_t *sse_buf,
     st->raw = raw;
     st->raw_cap = raw_cap;
     st->co_rec = -1;
+    st->tape.entries = st->tape_entries;
+    st->tape.cap = HA_TAPE_MAX;
     return 0;
 }
 
 int64_t ha_stream_retry(const ha_stream *st) { return ha_sse_retry(&st->sse); }
+
+static const ha_json_val absent = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
 
 /* ---- one event's output, as a transaction ---- */
 
@@ -45,6 +49,8 @@ typedef struct {
     ha_stream *st;
     const uint8_t *doc; /* the event data */
     size_t len;
+    const ha_json_tape *tape; /* of the event's JSON, once parsed */
+    int key_escapes;    /* some key of the event's JSON holds an escape */
     int full;           /* something did not fit: roll back */
     long raw_base;      /* where the event data was copied to raw, or -1 */
     /* META to remember on commit */
@@ -252,7 +258,7 @@ static int64_t int_field(ev_ctx *c, ha_json_val v, const char *path)
     return out;
 }
 
-/* A delta piece (text, reasoning, refusal, signature, tool arguments). It
+/* A delta piece (text, reasoning, refusal, tool arguments). It
  * extends the previous record when that is a delta of the same kind, index,
  * sub and item id whose text ends where this one starts. */
 static void delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
@@ -300,6 +306,16 @@ static void text_opt(ev_ctx *c, ha_json_val v, int64_t *span, const char *path)
         text_json(c, v, span);
 }
 
+/* A thinking block's signature is opaque and whole in each delta (a later
+ * one replaces it): never merged with a neighbour. */
+static void signature(ev_ctx *c, int64_t index, ha_json_val v, const char *path)
+{
+    int64_t *r;
+    if (is_kind(c, v, HA_JSON_STRING, path) && v.end - v.start > 2 &&
+        (r = rec_add(c, HA_REC_SIGNATURE, index, -1)))
+        text_json(c, v, r + 4);
+}
+
 static void meta(ev_ctx *c, ha_json_val id, ha_json_val model)
 {
     ha_stream *st = c->st;
@@ -323,8 +339,8 @@ static void meta(ev_ctx *c, ha_json_val id, ha_json_val model)
         text_json(c, model, r + 6);
     if (id_len <= HA_META_MAX && model_len <= HA_META_MAX) {
         c->meta_set = 1;
-        c->meta_id = has_id ? id : (ha_json_val){0, 0, HA_JSON_ABSENT};
-        c->meta_model = has_model ? model : (ha_json_val){0, 0, HA_JSON_ABSENT};
+        c->meta_id = has_id ? id : absent;
+        c->meta_model = has_model ? model : absent;
     }
 }
 
@@ -337,7 +353,33 @@ static void meta_commit(ev_ctx *c)
     memcpy(st->meta_model, c->doc + c->meta_model.start, st->meta_model_len);
 }
 
-#define KEY(k, lit) ha_json_key_eq(c->doc, (k), (const uint8_t *)(lit), sizeof(lit) - 1)
+static void iter(const ev_ctx *c, ha_json_iter *it, ha_json_val container)
+{
+    ha_json_iter_init_tape(it, c->doc, container, c->tape);
+}
+
+/* Whether string span s decodes to lit. Its raw bytes decide at once in all
+ * but one case: raw longer than lit can still decode to lit through escapes.
+ * For keys the parser tells whether any key of the event has an escape. */
+static inline int str_is(const ev_ctx *c, ha_json_val s, const char *lit, size_t n,
+                         int may_escape)
+{
+    size_t raw = s.end - s.start - 2;
+    if (raw == n)
+        return memcmp(c->doc + s.start + 1, lit, n) == 0;
+    return raw > n && may_escape && ha_json_key_eq(c->doc, s, (const uint8_t *)lit, n);
+}
+
+static int has_members(const ev_ctx *c, ha_json_val obj)
+{
+    ha_json_iter it;
+    ha_json_val k, v;
+    iter(c, &it, obj);
+    return ha_json_obj_next(&it, &k, &v);
+}
+
+#define KEY(k, lit) str_is(c, (k), (lit), sizeof(lit) - 1, c->key_escapes)
+#define IS(v, lit) str_is(c, (v), (lit), sizeof(lit) - 1, 1)
 
 /* An error object: {type|code, message}, or a bare string message. */
 static void error_record(ev_ctx *c, ha_json_val err)
@@ -352,9 +394,9 @@ static void error_record(ev_ctx *c, ha_json_val err)
     }
     if (err.kind != HA_JSON_OBJECT)
         return;
-    ha_json_val k, v, type = {0, 0, HA_JSON_ABSENT}, code = type, message = type;
+    ha_json_val k, v, type = absent, code = absent, message = absent;
     ha_json_iter it;
-    ha_json_iter_init(&it, c->doc, err);
+    iter(c, &it, err);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "type"))
             type = v;
@@ -388,7 +430,7 @@ static int64_t *usage_record(ev_ctx *c, ha_json_val u, const usage_key *keys, si
         return NULL;
     ha_json_val k, v;
     ha_json_iter it;
-    ha_json_iter_init(&it, c->doc, u);
+    iter(c, &it, u);
     while (ha_json_obj_next(&it, &k, &v))
         for (size_t i = 0; i < n_keys; i++)
             if (ha_json_key_eq(c->doc, k, (const uint8_t *)keys[i].name, strlen(keys[i].name))) {
@@ -402,10 +444,10 @@ static int64_t *usage_record(ev_ctx *c, ha_json_val u, const usage_key *keys, si
 static void usage_detail(ev_ctx *c, int64_t *r, ha_json_val u, const char *obj,
                          const char *member, int word)
 {
-    ha_json_val d = ha_json_obj_get(c->doc, u, (const uint8_t *)obj, strlen(obj));
+    ha_json_val d = ha_json_obj_get_tape(c->doc, u, (const uint8_t *)obj, strlen(obj), c->tape);
     if (!r || !is_kind(c, d, HA_JSON_OBJECT, obj))
         return;
-    int64_t n = int_field(c, ha_json_obj_get(c->doc, d, (const uint8_t *)member, strlen(member)), member);
+    int64_t n = int_field(c, ha_json_obj_get_tape(c->doc, d, (const uint8_t *)member, strlen(member), c->tape), member);
     if (n >= 0)
         r[word] = n;
 }
@@ -414,12 +456,12 @@ static void usage_detail(ev_ctx *c, int64_t *r, ha_json_val u, const char *obj,
 
 static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
 {
-    ha_json_val k, v, index = {0, 0, HA_JSON_ABSENT}, id = index, type = index, fn = index;
+    ha_json_val k, v, index = absent, id = absent, type = absent, fn = absent;
     ha_json_val name = index, args = index;
     ha_json_iter it;
     if (!is_kind(c, call, HA_JSON_OBJECT, "choices[].delta.tool_calls[]"))
         return;
-    ha_json_iter_init(&it, c->doc, call);
+    iter(c, &it, call);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "index"))
             index = v;
@@ -431,7 +473,7 @@ static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
             fn = v;
     }
     if (is_kind(c, fn, HA_JSON_OBJECT, "choices[].delta.tool_calls[].function")) {
-        ha_json_iter_init(&it, c->doc, fn);
+        iter(c, &it, fn);
         while (ha_json_obj_next(&it, &k, &v)) {
             if (KEY(k, "name"))
                 name = v;
@@ -439,6 +481,11 @@ static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
                 args = v;
         }
     }
+    /* "" is no id and no name: a later chunk may still bring the real one */
+    if (id.kind == HA_JSON_STRING && id.end - id.start == 2)
+        id = absent;
+    if (name.kind == HA_JSON_STRING && name.end - name.start == 2)
+        name = absent;
     int64_t tool = int_field(c, index, "choices[].delta.tool_calls[].index");
     int has_id = is_kind(c, id, HA_JSON_STRING, "choices[].delta.tool_calls[].id");
     int has_name = is_kind(c, name, HA_JSON_STRING, "choices[].delta.tool_calls[].function.name");
@@ -454,18 +501,17 @@ static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
                 text_json(c, type, r + 8);
         }
     }
-    delta(c, HA_REC_TOOL_ARGS, choice, tool, args, (ha_json_val){0, 0, HA_JSON_ABSENT},
+    delta(c, HA_REC_TOOL_ARGS, choice, tool, args, absent,
           "choices[].delta.tool_calls[].function.arguments");
 }
 
 static void chat_choice(ev_ctx *c, ha_json_val choice, int64_t position)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     ha_json_val k, v, index = absent, d = absent, finish = absent;
     ha_json_iter it;
     if (!is_kind(c, choice, HA_JSON_OBJECT, "choices[]"))
         return;
-    ha_json_iter_init(&it, c->doc, choice);
+    iter(c, &it, choice);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "delta"))
             d = v;
@@ -478,23 +524,39 @@ static void chat_choice(ev_ctx *c, ha_json_val choice, int64_t position)
     if (at < 0)
         at = position;
     if (is_kind(c, d, HA_JSON_OBJECT, "choices[].delta")) {
-        ha_json_iter_init(&it, c->doc, d);
+        /* members first (a duplicate key: the last wins), records after, in
+           the order a reader expects: reasoning, text, refusal, tool calls */
+        ha_json_val content = absent, reasoning_content = absent, reasoning = absent;
+        ha_json_val refusal = absent, calls = absent;
+        iter(c, &it, d);
         while (ha_json_obj_next(&it, &k, &v)) {
             if (KEY(k, "content"))
-                delta(c, HA_REC_TEXT, at, -1, v, absent, "choices[].delta.content");
+                content = v;
             else if (KEY(k, "reasoning_content"))
-                delta(c, HA_REC_REASONING, at, -1, v, absent, "choices[].delta.reasoning_content");
+                reasoning_content = v;
             else if (KEY(k, "reasoning"))
-                delta(c, HA_REC_REASONING, at, -1, v, absent, "choices[].delta.reasoning");
+                reasoning = v;
             else if (KEY(k, "refusal"))
-                delta(c, HA_REC_REFUSAL, at, -1, v, absent, "choices[].delta.refusal");
-            else if (KEY(k, "tool_calls") && is_kind(c, v, HA_JSON_ARRAY, "choices[].delta.tool_calls")) {
-                ha_json_iter calls;
-                ha_json_val call;
-                ha_json_iter_init(&calls, c->doc, v);
-                while (ha_json_arr_next(&calls, &call))
-                    chat_tool_call(c, at, call);
-            }
+                refusal = v;
+            else if (KEY(k, "tool_calls"))
+                calls = v;
+        }
+        /* DeepSeek and llama.cpp say reasoning_content, vLLM reasoning; a
+           gateway may mirror one into the other: take it once */
+        if (reasoning_content.kind == HA_JSON_STRING && reasoning_content.end - reasoning_content.start > 2) {
+            delta(c, HA_REC_REASONING, at, -1, reasoning_content, absent, "choices[].delta.reasoning_content");
+        } else {
+            is_kind(c, reasoning_content, HA_JSON_STRING, "choices[].delta.reasoning_content");
+            delta(c, HA_REC_REASONING, at, -1, reasoning, absent, "choices[].delta.reasoning");
+        }
+        delta(c, HA_REC_TEXT, at, -1, content, absent, "choices[].delta.content");
+        delta(c, HA_REC_REFUSAL, at, -1, refusal, absent, "choices[].delta.refusal");
+        if (is_kind(c, calls, HA_JSON_ARRAY, "choices[].delta.tool_calls")) {
+            ha_json_iter list;
+            ha_json_val call;
+            iter(c, &list, calls);
+            while (ha_json_arr_next(&list, &call))
+                chat_tool_call(c, at, call);
         }
     }
     /* "" on every chunk (sglang, older Ollama) is not a stop */
@@ -513,10 +575,9 @@ static const usage_key chat_usage[] = {
 
 static void chat_event(ev_ctx *c, ha_json_val root)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     ha_json_val k, v, id = absent, model = absent, choices = absent, usage = absent, error = absent;
     ha_json_iter it;
-    ha_json_iter_init(&it, c->doc, root);
+    iter(c, &it, root);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "choices"))
             choices = v;
@@ -529,10 +590,15 @@ static void chat_event(ev_ctx *c, ha_json_val root)
         else if (KEY(k, "error"))
             error = v;
     }
-    if (error.kind != HA_JSON_ABSENT && error.kind != HA_JSON_NULL) {
+    /* an error is an object with members or a message string; false, "",
+       {} and null are what some servers send when there is none */
+    if ((error.kind == HA_JSON_OBJECT && has_members(c, error)) ||
+        (error.kind == HA_JSON_STRING && error.end - error.start > 2)) {
         error_record(c, error);
         return;
     }
+    if (error.kind != HA_JSON_OBJECT && error.kind != HA_JSON_STRING && error.kind != HA_JSON_FALSE)
+        is_kind(c, error, HA_JSON_OBJECT, "error");
     /* Azure's prompt-filter chunk has "id": "": not an id */
     if (id.kind == HA_JSON_STRING && id.end - id.start == 2)
         id = absent;
@@ -543,7 +609,7 @@ static void chat_event(ev_ctx *c, ha_json_val root)
         ha_json_iter list;
         ha_json_val choice;
         int64_t position = 0;
-        ha_json_iter_init(&list, c->doc, choices);
+        iter(c, &list, choices);
         while (ha_json_arr_next(&list, &choice))
             chat_choice(c, choice, position++);
     }
@@ -569,11 +635,10 @@ static void anthropic_usage_of(ev_ctx *c, ha_json_val u)
         usage_record(c, u, anthropic_usage, sizeof anthropic_usage / sizeof *anthropic_usage);
 }
 
-#define GET(obj, lit) ha_json_obj_get(c->doc, (obj), (const uint8_t *)(lit), sizeof(lit) - 1)
+#define GET(obj, lit) ha_json_obj_get_tape(c->doc, (obj), (const uint8_t *)(lit), sizeof(lit) - 1, c->tape)
 
 static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     if (!is_kind(c, block, HA_JSON_OBJECT, "content_block"))
         return;
     ha_json_val type = GET(block, "type");
@@ -583,18 +648,18 @@ static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
         return;
     }
     int64_t *r;
-    if (KEY(type, "text")) {
+    if (IS(type, "text")) {
         if (rec_add(c, HA_REC_BLOCK_START, index, HA_ITEM_TEXT))
             delta(c, HA_REC_TEXT, index, -1, GET(block, "text"), absent, "content_block.text");
-    } else if (KEY(type, "thinking")) {
+    } else if (IS(type, "thinking")) {
         if (rec_add(c, HA_REC_BLOCK_START, index, HA_ITEM_THINKING)) {
             delta(c, HA_REC_REASONING, index, -1, GET(block, "thinking"), absent, "content_block.thinking");
-            delta(c, HA_REC_SIGNATURE, index, -1, GET(block, "signature"), absent, "content_block.signature");
+            signature(c, index, GET(block, "signature"), "content_block.signature");
         }
-    } else if (KEY(type, "redacted_thinking")) {
+    } else if (IS(type, "redacted_thinking")) {
         if ((r = rec_add(c, HA_REC_BLOCK_START, index, HA_ITEM_REDACTED_THINKING)))
             text_opt(c, GET(block, "data"), r + 4, "content_block.data");
-    } else if (KEY(type, "tool_use") || KEY(type, "server_tool_use")) {
+    } else if (IS(type, "tool_use") || IS(type, "server_tool_use")) {
         if ((r = rec_add(c, HA_REC_BLOCK_START, index, HA_ITEM_TOOL_USE))) {
             text_opt(c, GET(block, "id"), r + 4, "content_block.id");
             text_opt(c, GET(block, "name"), r + 6, "content_block.name");
@@ -608,7 +673,6 @@ static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
 
 static void anthropic_block_delta(ev_ctx *c, int64_t index, ha_json_val d)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     if (!is_kind(c, d, HA_JSON_OBJECT, "delta"))
         return;
     ha_json_val type = GET(d, "type");
@@ -616,15 +680,15 @@ static void anthropic_block_delta(ev_ctx *c, int64_t index, ha_json_val d)
         warn(c, HA_WARN_FIELD_TYPE, "delta.type");
         return;
     }
-    if (KEY(type, "text_delta"))
+    if (IS(type, "text_delta"))
         delta(c, HA_REC_TEXT, index, -1, GET(d, "text"), absent, "delta.text");
-    else if (KEY(type, "input_json_delta"))
+    else if (IS(type, "input_json_delta"))
         delta(c, HA_REC_TOOL_ARGS, index, -1, GET(d, "partial_json"), absent, "delta.partial_json");
-    else if (KEY(type, "thinking_delta"))
+    else if (IS(type, "thinking_delta"))
         delta(c, HA_REC_REASONING, index, -1, GET(d, "thinking"), absent, "delta.thinking");
-    else if (KEY(type, "signature_delta"))
-        delta(c, HA_REC_SIGNATURE, index, -1, GET(d, "signature"), absent, "delta.signature");
-    else if (KEY(type, "citations_delta")) {
+    else if (IS(type, "signature_delta"))
+        signature(c, index, GET(d, "signature"), "delta.signature");
+    else if (IS(type, "citations_delta")) {
         ha_json_val cite = GET(d, "citation");
         int64_t *r;
         if (is_kind(c, cite, HA_JSON_OBJECT, "delta.citation") &&
@@ -636,10 +700,9 @@ static void anthropic_block_delta(ev_ctx *c, int64_t index, ha_json_val d)
 
 static void anthropic_event(ev_ctx *c, ha_json_val root)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     ha_json_val k, v, type = absent, index = absent, body = absent, d = absent, usage = absent;
     ha_json_iter it;
-    ha_json_iter_init(&it, c->doc, root);
+    iter(c, &it, root);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "type"))
             type = v;
@@ -656,18 +719,18 @@ static void anthropic_event(ev_ctx *c, ha_json_val root)
         warn(c, HA_WARN_FIELD_TYPE, "type");
         return;
     }
-    if (KEY(type, "content_block_delta")) {
+    if (IS(type, "content_block_delta")) {
         anthropic_block_delta(c, int_field(c, index, "index"), d);
-    } else if (KEY(type, "content_block_start")) {
+    } else if (IS(type, "content_block_start")) {
         anthropic_block_start(c, int_field(c, index, "index"), body);
-    } else if (KEY(type, "content_block_stop")) {
+    } else if (IS(type, "content_block_stop")) {
         rec_add(c, HA_REC_BLOCK_STOP, int_field(c, index, "index"), -1);
-    } else if (KEY(type, "message_start")) {
+    } else if (IS(type, "message_start")) {
         if (is_kind(c, body, HA_JSON_OBJECT, "message")) {
             meta(c, GET(body, "id"), GET(body, "model"));
             anthropic_usage_of(c, GET(body, "usage"));
         }
-    } else if (KEY(type, "message_delta")) {
+    } else if (IS(type, "message_delta")) {
         if (is_kind(c, d, HA_JSON_OBJECT, "delta")) {
             ha_json_val reason = GET(d, "stop_reason");
             int64_t *r;
@@ -678,13 +741,13 @@ static void anthropic_event(ev_ctx *c, ha_json_val root)
             }
         }
         anthropic_usage_of(c, usage);
-    } else if (KEY(type, "message_stop")) {
+    } else if (IS(type, "message_stop")) {
         int64_t *r = rec_add(c, HA_REC_END, -1, -1);
         if (r)
             r[3] = 1;
-    } else if (KEY(type, "ping")) {
+    } else if (IS(type, "ping")) {
         /* keep-alive: nothing to report */
-    } else if (KEY(type, "error")) {
+    } else if (IS(type, "error")) {
         error_record(c, body.kind == HA_JSON_ABSENT ? root : body);
     } else {
         warn(c, HA_WARN_UNKNOWN_EVENT, "type");
@@ -701,11 +764,11 @@ static const usage_key responses_usage[] = {
 
 static ha_item_kind responses_item_kind(ev_ctx *c, ha_json_val type)
 {
-    if (KEY(type, "message"))
+    if (IS(type, "message"))
         return HA_ITEM_TEXT;
-    if (KEY(type, "reasoning"))
+    if (IS(type, "reasoning"))
         return HA_ITEM_THINKING;
-    if (KEY(type, "function_call"))
+    if (IS(type, "function_call"))
         return HA_ITEM_TOOL_USE;
     return HA_ITEM_OTHER;
 }
@@ -771,11 +834,10 @@ static void responses_final(ev_ctx *c, ha_json_val response, ha_finish_status st
 
 static void responses_event(ev_ctx *c, ha_json_val root)
 {
-    static const ha_json_val absent = {0, 0, HA_JSON_ABSENT};
     ha_json_val k, v, type = absent, out = absent, part = absent, summary = absent;
     ha_json_val item_id = absent, piece = absent, item = absent, response = absent;
     ha_json_iter it;
-    ha_json_iter_init(&it, c->doc, root);
+    iter(c, &it, root);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "type"))
             type = v;
@@ -802,49 +864,49 @@ static void responses_event(ev_ctx *c, ha_json_val root)
         is_kind(c, item_id, HA_JSON_STRING, "item_id");
         item_id = absent;
     }
-    if (KEY(type, "response.output_text.delta")) {
+    if (IS(type, "response.output_text.delta")) {
         delta(c, HA_REC_TEXT, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
               piece, item_id, "delta");
-    } else if (KEY(type, "response.function_call_arguments.delta")) {
+    } else if (IS(type, "response.function_call_arguments.delta")) {
         delta(c, HA_REC_TOOL_ARGS, int_field(c, out, "output_index"), -1, piece, item_id, "delta");
-    } else if (KEY(type, "response.reasoning_summary_text.delta")) {
+    } else if (IS(type, "response.reasoning_summary_text.delta")) {
         delta(c, HA_REC_REASONING, int_field(c, out, "output_index"),
               int_field(c, summary, "summary_index"), piece, item_id, "delta");
-    } else if (KEY(type, "response.reasoning_text.delta")) {
+    } else if (IS(type, "response.reasoning_text.delta")) {
         delta(c, HA_REC_REASONING, int_field(c, out, "output_index"), -1, piece, item_id, "delta");
-    } else if (KEY(type, "response.refusal.delta")) {
+    } else if (IS(type, "response.refusal.delta")) {
         delta(c, HA_REC_REFUSAL, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
               piece, item_id, "delta");
-    } else if (KEY(type, "response.output_item.added")) {
+    } else if (IS(type, "response.output_item.added")) {
         responses_item(c, int_field(c, out, "output_index"), item, 0);
-    } else if (KEY(type, "response.output_item.done")) {
+    } else if (IS(type, "response.output_item.done")) {
         responses_item(c, int_field(c, out, "output_index"), item, 1);
-    } else if (KEY(type, "response.output_text.annotation.added")) {
+    } else if (IS(type, "response.output_text.annotation.added")) {
         ha_json_val note = GET(root, "annotation");
         int64_t *r;
         if (is_kind(c, note, HA_JSON_OBJECT, "annotation") &&
             (r = rec_add(c, HA_REC_CITATION, int_field(c, out, "output_index"), -1)))
             raw_val(c, note, r);
-    } else if (KEY(type, "response.created") || KEY(type, "response.in_progress") ||
-               KEY(type, "response.queued")) {
+    } else if (IS(type, "response.created") || IS(type, "response.in_progress") ||
+               IS(type, "response.queued")) {
         if (is_kind(c, response, HA_JSON_OBJECT, "response"))
             meta(c, GET(response, "id"), GET(response, "model"));
-    } else if (KEY(type, "response.completed")) {
+    } else if (IS(type, "response.completed")) {
         responses_final(c, response, HA_FINISH_COMPLETED);
-    } else if (KEY(type, "response.incomplete")) {
+    } else if (IS(type, "response.incomplete")) {
         responses_final(c, response, HA_FINISH_INCOMPLETE);
-    } else if (KEY(type, "response.failed")) {
+    } else if (IS(type, "response.failed")) {
         responses_final(c, response, HA_FINISH_FAILED);
-    } else if (KEY(type, "error")) {
+    } else if (IS(type, "error")) {
         ha_json_val nested = GET(root, "error");
         error_record(c, nested.kind == HA_JSON_OBJECT ? nested : root);
-    } else if (KEY(type, "response.content_part.added") || KEY(type, "response.content_part.done") ||
-               KEY(type, "response.output_text.done") || KEY(type, "response.refusal.done") ||
-               KEY(type, "response.function_call_arguments.done") ||
-               KEY(type, "response.reasoning_summary_part.added") ||
-               KEY(type, "response.reasoning_summary_part.done") ||
-               KEY(type, "response.reasoning_summary_text.done") ||
-               KEY(type, "response.reasoning_text.done")) {
+    } else if (IS(type, "response.content_part.added") || IS(type, "response.content_part.done") ||
+               IS(type, "response.output_text.done") || IS(type, "response.refusal.done") ||
+               IS(type, "response.function_call_arguments.done") ||
+               IS(type, "response.reasoning_summary_part.added") ||
+               IS(type, "response.reasoning_summary_part.done") ||
+               IS(type, "response.reasoning_summary_text.done") ||
+               IS(type, "response.reasoning_text.done")) {
         /* repeats what the deltas and output_item.done carry */
     } else {
         warn(c, HA_WARN_UNKNOWN_EVENT, "type");
@@ -872,7 +934,9 @@ static void json_event(ev_ctx *c)
     ha_json_val root;
     size_t offset = 0;
     unsigned flags = 0;
-    ha_json_status status = ha_json_parse(c->doc, c->len, HA_JSON_MAX_DEPTH, &root, &offset, &flags);
+    ha_json_tape *tape = &c->st->tape;
+    ha_json_status status = ha_json_parse_tape(c->doc, c->len, HA_JSON_MAX_DEPTH, &root,
+                                               &offset, &flags, tape);
     if (status != HA_JSON_OK) {
         int64_t *r = rec_add(c, HA_REC_WARNING, (int64_t)offset, status);
         if (r) {
@@ -885,6 +949,8 @@ static void json_event(ev_ctx *c)
         warn(c, HA_WARN_NOT_OBJECT, NULL);
         return;
     }
+    c->tape = tape;
+    c->key_escapes = (flags & HA_JSON_FLAG_KEY_ESCAPE) != 0;
     switch (c->st->proto) {
     case HA_PROTO_OPENAI_CHAT:
         chat_event(c, root);
@@ -898,7 +964,7 @@ static void json_event(ev_ctx *c)
     case HA_PROTO_SSE:
         break;
     }
-    if (flags)
+    if (flags & (HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE))
         warn(c, HA_WARN_REPLACED_UTF8, NULL);
 }
 

@@ -18,8 +18,8 @@
  * ha_rec_kind. The header of the record area (HA_REC_HEADER words before the
  * first record) holds the call's totals: see ha_header_word.
  *
- * Consecutive records of a coalescing kind (text, reasoning, refusal,
- * signature, tool arguments) with the same index, sub and s2 are merged
+ * Consecutive records of a coalescing kind (text, reasoning, refusal, tool
+ * arguments) with the same index, sub and s2 are merged
  * into one within a call: a read holding twenty text chunks costs Python one
  * string. Record boundaries are therefore not chunk boundaries.
  *
@@ -43,6 +43,7 @@
 #define HA_REC_WORDS 12
 #define HA_REC_HEADER 4
 #define HA_META_MAX 256u /* longest id / model kept to emit META only on change */
+#define HA_TAPE_MAX 1024u /* values and keys of one event on the tape (json.h); more: scanned */
 
 typedef enum {
     HA_PROTO_SSE = 0,              /* raw SSE events, no JSON */
@@ -72,7 +73,8 @@ typedef enum {
        (sub = -1, code 1). s1 text, s2 item_id */
     HA_REC_REASONING = 3,
     HA_REC_REFUSAL = 4,     /* as TEXT */
-    HA_REC_SIGNATURE = 5,   /* anthropic signature_delta: index, s1 */
+    HA_REC_SIGNATURE = 5,   /* anthropic signature: index, s1 the whole
+                               signature (a later one replaces it) */
     /* chat tool call head: index choice, sub tool_calls[].index (-1 when
        absent), s1 id, s2 function.name, s3 type (each absent if absent) */
     HA_REC_TOOL_START = 6,
@@ -176,6 +178,8 @@ typedef struct {
     long co_rec;
     size_t co_end, co_id_start, co_id_end;
     int co_has_id;
+    ha_json_tape tape;
+    ha_json_tape_entry tape_entries[HA_TAPE_MAX];
 } ha_stream;
 
 /* Sizes of an output area that always holds one event of an SSE buffer of

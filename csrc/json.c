@@ -524,13 +524,49 @@ ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
                              ha_json_val *root, size_t *err_offset,
                              unsigned *flags)
 {
+    return ha_json_parse_tape(doc, len, max_depth, root, err_offset, flags, NULL);
+}
+
+/* The tape while parsing, in locals: stores through the caller's struct
+ * would make the compiler reload it after every write (char aliasing). */
+typedef struct {
+    ha_json_tape_entry *e;
+    size_t cap, n;
+} tape_w;
+
+/* Open an entry for the value or key starting at pos; its index. */
+static inline size_t tape_open(tape_w *t, size_t pos)
+{
+    size_t i = t->n++;
+    if (i < t->cap)
+        t->e[i].start = (uint32_t)pos;
+    return i;
+}
+
+/* Close entry i: the value ends before end, its subtree before entry next. */
+static inline void tape_close(tape_w *t, size_t i, size_t end, size_t next)
+{
+    if (i < t->cap) {
+        t->e[i].end = (uint32_t)end;
+        t->e[i].next = (uint32_t)next;
+    }
+}
+
+ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
+                                  ha_json_val *root, size_t *err_offset,
+                                  unsigned *flags, ha_json_tape *tape)
+{
     /* Bit i set: the container at depth i + 1 is an object. Only bits
      * below depth are ever read, and each is written on its push. */
     uint64_t kinds[HA_JSON_DEPTH_LIMIT / KIND_WORD_BITS];
+    /* The tape entry of the container open at each depth (with a tape). */
+    size_t entry[HA_JSON_DEPTH_LIMIT];
+    size_t ti = 0; /* the tape entry of the scalar or key being scanned */
+    tape_w tw;
     unsigned depth = 0;
     int in_obj = 0;
     unsigned fl = 0;
-    size_t p, start;
+    size_t p, start, start_key;
     ha_json_status st = HA_JSON_ERR_SYNTAX;
 
     if (max_depth == 0)
@@ -540,7 +576,16 @@ ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
     if (root) {
         root->start = root->end = 0;
         root->kind = HA_JSON_ABSENT;
+        root->tape = HA_JSON_NO_TAPE;
     }
+    if (tape) {
+        tape->n = 0;
+        if (len > UINT32_MAX) /* offsets are 32-bit: such a document scans */
+            tape = NULL;
+    }
+    tw.e = tape ? tape->entries : NULL;
+    tw.cap = tape ? tape->cap : 0;
+    tw.n = 0;
 
     p = skip_ws(doc, 0, len);
     if (p >= len) {
@@ -552,6 +597,8 @@ ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
 value: /* p: the first byte of a value, whitespace skipped */
     if (p >= len)
         goto fail;
+    if (tape && doc[p] != '{' && doc[p] != '[')
+        ti = tape_open(&tw, p);
     switch (doc[p]) {
     case '{':
     case '[':
@@ -564,6 +611,8 @@ value: /* p: the first byte of a value, whitespace skipped */
             kinds[depth / KIND_WORD_BITS] |= 1ull << (depth % KIND_WORD_BITS);
         else
             kinds[depth / KIND_WORD_BITS] &= ~(1ull << (depth % KIND_WORD_BITS));
+        if (tape)
+            entry[depth] = tape_open(&tw, p);
         depth++;
         p = skip_ws(doc, p + 1, len);
         if (p < len && doc[p] == (in_obj ? '}' : ']')) {
@@ -594,6 +643,8 @@ value: /* p: the first byte of a value, whitespace skipped */
     }
     if (st != HA_JSON_OK)
         goto fail;
+    if (tape)
+        tape_close(&tw, ti, p, ti + 1);
 
 after: /* a value ended at p */
     if (depth == 0)
@@ -613,6 +664,8 @@ after: /* a value ended at p */
 
 close: /* a container closed just before p */
     depth--;
+    if (tape)
+        tape_close(&tw, entry[depth], p, tw.n);
     if (depth > 0)
         in_obj = (int)((kinds[(depth - 1) / KIND_WORD_BITS] >>
                         ((depth - 1) % KIND_WORD_BITS)) & 1u);
@@ -621,10 +674,16 @@ close: /* a container closed just before p */
 key: /* p: where a member's key must start, whitespace skipped */
     if (p >= len || doc[p] != '"')
         goto fail;
-    p++;
+    if (tape)
+        ti = tape_open(&tw, p);
+    start_key = ++p;
     st = scan_string(doc, len, &p, &fl);
     if (st != HA_JSON_OK)
         goto fail;
+    if (tape)
+        tape_close(&tw, ti, p, ti + 1);
+    if (!(fl & HA_JSON_FLAG_KEY_ESCAPE) && memchr(doc + start_key, '\\', p - start_key))
+        fl |= HA_JSON_FLAG_KEY_ESCAPE;
     p = skip_ws(doc, p, len);
     if (p >= len || doc[p] != ':')
         goto fail;
@@ -642,9 +701,12 @@ done: {
             root->start = start;
             root->end = end;
             root->kind = kind_of(doc[start]);
+            root->tape = tape && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
             *flags = fl;
+        if (tape)
+            tape->n = tw.n;
         return HA_JSON_OK;
     }
 
@@ -724,16 +786,32 @@ static inline int skip_value(const uint8_t *d, size_t p, size_t end, ha_json_val
     v->start = p;
     v->end = q;
     v->kind = k;
+    v->tape = HA_JSON_NO_TAPE;
     return 1;
 }
 
 void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container)
 {
+    ha_json_iter_init_tape(it, doc, container, NULL);
+}
+
+void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
+                            const ha_json_tape *tape)
+{
     it->doc = doc;
+    it->tape = NULL;
+    it->t = it->t_end = 0;
     if ((container.kind == HA_JSON_ARRAY || container.kind == HA_JSON_OBJECT) &&
         container.end > container.start && container.end - container.start >= 2) {
         it->pos = container.start + 1;
         it->end = container.end - 1; /* the closing bracket */
+        if (tape && tape->n <= tape->cap && container.tape < tape->n &&
+            tape->entries[container.tape].start == container.start &&
+            tape->entries[container.tape].end == container.end) {
+            it->tape = tape;
+            it->t = container.tape + 1;
+            it->t_end = tape->entries[container.tape].next;
+        }
     } else {
         it->pos = it->end = 0;
     }
@@ -748,13 +826,29 @@ static inline size_t iter_sep(const ha_json_iter *it)
     return p;
 }
 
-static const ha_json_val absent_val = {0, 0, HA_JSON_ABSENT};
+static const ha_json_val absent_val = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
+
+static inline ha_json_val tape_val(const ha_json_iter *it, size_t t)
+{
+    const ha_json_tape_entry *e = &it->tape->entries[t];
+    ha_json_val v = {e->start, e->end, kind_of(it->doc[e->start]), (uint32_t)t};
+    return v;
+}
 
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
 {
-    size_t p = iter_sep(it);
+    size_t p;
     ha_json_val k, v;
 
+    if (it->tape) { /* the parser saw every span: no bytes to look at */
+        if (it->t + 1 >= it->t_end)
+            goto stop;
+        *key = tape_val(it, it->t);
+        *value = tape_val(it, it->t + 1);
+        it->t = it->tape->entries[it->t + 1].next;
+        return 1;
+    }
+    p = iter_sep(it);
     if (p >= it->end || it->doc[p] != '"' || !skip_value(it->doc, p, it->end, &k))
         goto stop;
     p = skip_ws(it->doc, k.end, it->end);
@@ -769,6 +863,7 @@ int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
     return 1;
 stop:
     it->pos = it->end;
+    it->t = it->t_end;
     *key = absent_val;
     *value = absent_val;
     return 0;
@@ -776,9 +871,19 @@ stop:
 
 int ha_json_arr_next(ha_json_iter *it, ha_json_val *value)
 {
-    size_t p = iter_sep(it);
+    size_t p;
     ha_json_val v;
 
+    if (it->tape) {
+        if (it->t >= it->t_end) {
+            *value = absent_val;
+            return 0;
+        }
+        *value = tape_val(it, it->t);
+        it->t = it->tape->entries[it->t].next;
+        return 1;
+    }
+    p = iter_sep(it);
     if (p >= it->end || !skip_value(it->doc, p, it->end, &v)) {
         it->pos = it->end;
         *value = absent_val;
@@ -832,12 +937,18 @@ int ha_json_key_eq(const uint8_t *doc, ha_json_val key, const uint8_t *want,
 ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj, const uint8_t *want,
                             size_t want_len)
 {
+    return ha_json_obj_get_tape(doc, obj, want, want_len, NULL);
+}
+
+ha_json_val ha_json_obj_get_tape(const uint8_t *doc, ha_json_val obj, const uint8_t *want,
+                                 size_t want_len, const ha_json_tape *tape)
+{
     ha_json_iter it;
     ha_json_val k, v, found = absent_val;
 
     if (obj.kind != HA_JSON_OBJECT)
         return found;
-    ha_json_iter_init(&it, doc, obj);
+    ha_json_iter_init_tape(&it, doc, obj, tape);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (ha_json_key_eq(doc, k, want, want_len))
             found = v; /* keep going: the last duplicate wins */

@@ -59,13 +59,20 @@ typedef enum {
 
 #define HA_JSON_FLAG_BAD_UTF8 1u       /* a string holds invalid UTF-8 */
 #define HA_JSON_FLAG_LONE_SURROGATE 2u /* a string escapes a lone surrogate */
+#define HA_JSON_FLAG_KEY_ESCAPE 4u     /* a key holds an escape: keys must be
+                                          decoded to compare (ha_json_key_eq);
+                                          without it their raw bytes are exact */
+
+#define HA_JSON_NO_TAPE UINT32_MAX
 
 /* A value: byte offsets [start, end) into its document. A string's span
- * includes its quotes. kind == HA_JSON_ABSENT has start == end == 0. */
+ * includes its quotes. kind == HA_JSON_ABSENT has start == end == 0. tape is
+ * its entry in the document's tape, or HA_JSON_NO_TAPE. */
 typedef struct {
     size_t start;
     size_t end;
     ha_json_kind kind;
+    uint32_t tape;
 } ha_json_val;
 
 /* Validate doc[0 .. len). On success *root is the top value (surrounding
@@ -83,14 +90,40 @@ ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
                              ha_json_val *root, size_t *err_offset,
                              unsigned *flags);
 
+/* The spans the parser found, so that iteration reads them instead of
+ * rescanning bytes: one entry per value and per key, in document order. A
+ * container's `next` is the entry after its last descendant, so skipping
+ * it is one step. The caller owns the entries; a document with more than
+ * cap entries (n says how many) gets no tape and is iterated by scanning. */
+typedef struct {
+    uint32_t start, end; /* the span, as in ha_json_val */
+    uint32_t next;       /* the entry after this value and all it holds */
+} ha_json_tape_entry;
+
+typedef struct {
+    ha_json_tape_entry *entries;
+    size_t cap;
+    size_t n;
+} ha_json_tape;
+
+/* ha_json_parse that also fills *tape (which may be NULL). */
+ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
+                                  ha_json_val *root, size_t *err_offset,
+                                  unsigned *flags, ha_json_tape *tape);
+
 /* Iteration over an array or object span of an accepted document. */
 typedef struct {
     const uint8_t *doc;
     size_t pos;
     size_t end;
+    const ha_json_tape *tape; /* NULL: spans are found by scanning */
+    size_t t, t_end;          /* next tape entry, and the container's end */
 } ha_json_iter;
 
 void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container);
+/* The same with the tape ha_json_parse_tape filled for this document. */
+void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
+                            const ha_json_tape *tape);
 /* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
 /* Next element: 1 with *value, or 0 at the end. */
@@ -102,6 +135,9 @@ int ha_json_key_eq(const uint8_t *doc, ha_json_val key,
 /* The value of the last member named want, or an HA_JSON_ABSENT value. */
 ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj,
                             const uint8_t *want, size_t want_len);
+ha_json_val ha_json_obj_get_tape(const uint8_t *doc, ha_json_val obj,
+                                 const uint8_t *want, size_t want_len,
+                                 const ha_json_tape *tape);
 
 /* Largest decoded size of a string span: the out capacity that always fits. */
 size_t ha_json_str_max(ha_json_val s);

@@ -42,7 +42,7 @@ typedef enum { HA_JSON_OK, HA_JSON_ERR_EMPTY, HA_JSON_ERR_SYNTAX,
                HA_JSON_ERR_RANGE, HA_JSON_ERR_SPACE, ... } ha_json_status;
 
 typedef struct { ...; } ha_stream;
-typedef struct { size_t start; size_t end; ha_json_kind kind; } ha_json_val;
+typedef struct { size_t start; size_t end; ha_json_kind kind; uint32_t tape; } ha_json_val;
 typedef struct { ...; } ha_json_iter;
 
 size_t ha_stream_text_size(size_t sse_cap);

@@ -49,7 +49,7 @@ def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     if status != lib.HA_JSON_OK:
         return _raise(status, offset[0])
     builder = _Builder(data)
-    return builder.value(root[0]), flags[0]
+    return builder.value(root[0]), flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE)
 
 
 def _raise(status: int, offset: int | None = None):
@@ -95,7 +95,7 @@ class _Builder:
                                         self.out_len, self.flags)
         if status != lib.HA_JSON_OK:
             _raise(status, v.start)
-        return ffi.unpack(self.out, self.out_len[0]).decode("utf-8")
+        return ffi.buffer(self.out, self.out_len[0])[:].decode("utf-8")
 
     def number(self, v) -> int | float:
         status = lib.ha_json_get_i64(self.doc, v, self.i64)

@@ -472,10 +472,72 @@ static void check_raw(const uint8_t *data, size_t size)
     for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         /* Copy only the span, so reading past container.end is caught. */
         uint8_t *doc = dup_exact(data, size);
-        ha_json_val c = {0, size, kinds[i]};
+        ha_json_val c = {0, size, kinds[i], HA_JSON_NO_TAPE};
         raw_walk(doc, c, 0);
         free(doc);
     }
+}
+
+/* ---- tape ------------------------------------------------------------- */
+
+#define FUZZ_SPANS_MAX 4096u
+
+typedef struct {
+    size_t start[FUZZ_SPANS_MAX], end[FUZZ_SPANS_MAX];
+    size_t n;
+    int key_escape; /* some key holds a backslash */
+} spans_t;
+
+/* Every key and value span in document order, through the iterators. */
+static void spans(const uint8_t *doc, ha_json_val v, const ha_json_tape *tape, spans_t *out)
+{
+    ha_json_iter it;
+    ha_json_val k, m;
+    if (out->n < FUZZ_SPANS_MAX) {
+        out->start[out->n] = v.start;
+        out->end[out->n++] = v.end;
+    }
+    ha_json_iter_init_tape(&it, doc, v, tape);
+    if (v.kind == HA_JSON_OBJECT) {
+        while (ha_json_obj_next(&it, &k, &m)) {
+            if (memchr(doc + k.start, '\\', k.end - k.start))
+                out->key_escape = 1;
+            spans(doc, k, tape, out);
+            spans(doc, m, tape, out);
+        }
+    } else if (v.kind == HA_JSON_ARRAY) {
+        while (ha_json_arr_next(&it, &m))
+            spans(doc, m, tape, out);
+    }
+}
+
+/* Iterating with a tape (roomy, or too small: then scanning) finds exactly
+ * the spans that scanning finds; the key-escape flag is exact. */
+static void check_tape(const uint8_t *doc, size_t size, ha_json_val root, unsigned fl)
+{
+    static const size_t caps[] = {0, 3, 1024};
+    ha_json_tape_entry *entries = malloc(1024 * sizeof *entries);
+    spans_t *scan = calloc(1, sizeof *scan), *taped = calloc(1, sizeof *taped);
+    size_t i, k;
+    if (!entries || !scan || !taped)
+        abort();
+    spans(doc, root, NULL, scan);
+    CHECK(scan->key_escape == ((fl & HA_JSON_FLAG_KEY_ESCAPE) != 0));
+    for (i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        ha_json_tape tape = {entries, caps[i], 0};
+        ha_json_val r;
+        CHECK(ha_json_parse_tape(doc, size, 0, &r, NULL, NULL, &tape) == HA_JSON_OK);
+        CHECK(r.start == root.start && r.end == root.end && r.kind == root.kind);
+        CHECK((r.tape == 0) == (tape.n <= tape.cap));
+        memset(taped, 0, sizeof *taped);
+        spans(doc, r, &tape, taped);
+        CHECK(taped->n == scan->n);
+        for (k = 0; k < scan->n; k++)
+            CHECK(taped->start[k] == scan->start[k] && taped->end[k] == scan->end[k]);
+    }
+    free(entries);
+    free(scan);
+    free(taped);
 }
 
 /* ---- entry ------------------------------------------------------------- */
@@ -489,7 +551,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ha_json_status st = ha_json_parse(doc, size, 0, &root, &off, &fl);
     ha_json_status st2 = ha_json_parse(doc, size, FUZZ_SHALLOW_DEPTH, &root2, &off2, &fl2);
 
-    CHECK((fl & ~(HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE)) == 0);
+    CHECK((fl & ~(HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE |
+                  HA_JSON_FLAG_KEY_ESCAPE)) == 0);
     /* A shallower limit can only turn outcomes into an earlier ERR_DEPTH. */
     if (st2 == HA_JSON_ERR_DEPTH)
         CHECK(st == HA_JSON_OK || st == HA_JSON_ERR_DEPTH || off > off2);
@@ -506,6 +569,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(is_ws(doc[i]));
         CHECK(!is_ws(doc[root.end - 1]));
         walk(&d, root, 0);
+        check_tape(doc, size, root, fl);
     } else {
         CHECK(root.kind == HA_JSON_ABSENT && root.start == 0 && root.end == 0);
         check_rejected(doc, size, st, off);

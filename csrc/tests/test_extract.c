@@ -121,6 +121,18 @@ static void test_chat_errors_and_warnings(check_counts *c)
     CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "server_error") &&
                  span_is(f, 0, 6, "overloaded") &&
                  raw_is(f, 0, "{\"message\":\"overloaded\",\"type\":\"server_error\"}"));
+    /* falsy errors are no errors */
+    feed(f, "data: {\"error\":false,\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
+            "data: {\"error\":{ },\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_TEXT && span_is(f, 0, 4, "xy"));
+    /* a duplicate key in a delta: the last wins; reasoning mirrored into
+       both field names is taken once; records in reading order */
+    feed(f, "data: {\"choices\":[{\"delta\":{\"content\":\"A\",\"reasoning\":\"t\",\"reasoning_content\":\"t\",\"content\":\"B\"}}]}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[0] == HA_REC_REASONING && span_is(f, 0, 4, "t") &&
+                 rec(f, 1)[0] == HA_REC_TEXT && span_is(f, 1, 4, "B"));
+    /* an empty tool call id or name is none */
+    feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"\",\"function\":{\"name\":\"\"}}]}}]}\n\n");
+    CHECK(c, f->n == 0);
     feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n");
     CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_WARNING && rec(f, 0)[3] == HA_WARN_FIELD_TYPE &&
                  span_is(f, 0, 4, "choices[].delta.content"));
@@ -165,6 +177,15 @@ static void test_anthropic(check_counts *c)
     CHECK(c, rec(f, 8)[0] == HA_REC_FINISH && span_is(f, 8, 4, "tool_use") && span_is(f, 8, 6, NULL));
     CHECK(c, rec(f, 9)[0] == HA_REC_USAGE && rec(f, 9)[HA_USAGE_OUTPUT] == 65);
     CHECK(c, rec(f, 10)[0] == HA_REC_END && rec(f, 10)[3] == 1);
+    /* thinking text merges within a read; a signature never does */
+    feed(f, "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n"
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"a\"}}\n\n"
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"b\"}}\n\n"
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"Sig1\"}}\n\n"
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"Sig2\"}}\n\n");
+    CHECK(c, f->n == 4 && rec(f, 0)[2] == HA_ITEM_THINKING && rec(f, 1)[0] == HA_REC_REASONING &&
+                 span_is(f, 1, 4, "ab") && rec(f, 2)[0] == HA_REC_SIGNATURE && span_is(f, 2, 4, "Sig1") &&
+                 rec(f, 3)[0] == HA_REC_SIGNATURE && span_is(f, 3, 4, "Sig2"));
     feed(f, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
     CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "overloaded_error") &&
                  span_is(f, 0, 6, "Overloaded"));

@@ -318,7 +318,10 @@ static void test_flags(check_counts *c)
     CHECK(c, ha_json_parse(L("{\"\xc0\xaf\":1}"), 0, &r, &off, &fl) == HA_JSON_OK &&
                  fl == HA_JSON_FLAG_BAD_UTF8); /* keys count */
     CHECK(c, ha_json_parse(L("{\"\\uDC00\":1}"), 0, &r, &off, &fl) == HA_JSON_OK &&
-                 fl == HA_JSON_FLAG_LONE_SURROGATE);
+                 fl == (HA_JSON_FLAG_LONE_SURROGATE | HA_JSON_FLAG_KEY_ESCAPE));
+    CHECK(c, ha_json_parse(L("{\"a\":\"\\n\",\"b\\n\":1}"), 0, &r, &off, &fl) == HA_JSON_OK &&
+                 fl == HA_JSON_FLAG_KEY_ESCAPE); /* an escaped key, not an escaped value */
+    CHECK(c, ha_json_parse(L("{\"a\":\"\\n\"}"), 0, &r, &off, &fl) == HA_JSON_OK && fl == 0);
     CHECK(c, ha_json_parse(L("[\"\\uD800\",\"\xed\xa0\x80\"]"), 0, &r, &off, &fl) ==
                      HA_JSON_OK &&
                  fl == (HA_JSON_FLAG_LONE_SURROGATE | HA_JSON_FLAG_BAD_UTF8));
@@ -431,8 +434,8 @@ static void test_lookup(check_counts *c)
     /* key_eq on its own. */
     {
         const uint8_t *k = (const uint8_t *)"\"\\u0074ype\\n\"";
-        ha_json_val ks = {0, 13, HA_JSON_STRING};
-        ha_json_val kn = {0, 13, HA_JSON_NUMBER};
+        ha_json_val ks = {0, 13, HA_JSON_STRING, HA_JSON_NO_TAPE};
+        ha_json_val kn = {0, 13, HA_JSON_NUMBER, HA_JSON_NO_TAPE};
         CHECK(c, ha_json_key_eq(k, ks, L("type\n")) == 1);
         CHECK(c, ha_json_key_eq(k, ks, L("type")) == 0);
         CHECK(c, ha_json_key_eq(k, ks, L("type\nx")) == 0);
@@ -669,7 +672,7 @@ static void test_bool(check_counts *c)
     CHECK(c, ha_json_get_bool(root_of(L("1")), &b) == HA_JSON_ERR_TYPE);
     CHECK(c, ha_json_get_bool(root_of(L("\"true\"")), &b) == HA_JSON_ERR_TYPE);
     {
-        ha_json_val none = {0, 0, HA_JSON_ABSENT};
+        ha_json_val none = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
         CHECK(c, ha_json_get_bool(none, &b) == HA_JSON_ERR_TYPE);
     }
 }
@@ -684,7 +687,7 @@ static void test_misuse(check_counts *c)
     for (i = 0; i < sizeof garbage / sizeof garbage[0]; i++) {
         size_t len = strlen(garbage[i]), n = 0;
         uint8_t *d = malloc(len), out[64];
-        ha_json_val obj = {0, len, HA_JSON_OBJECT}, arr = {0, len, HA_JSON_ARRAY}, k, v;
+        ha_json_val obj = {0, len, HA_JSON_OBJECT, HA_JSON_NO_TAPE}, arr = {0, len, HA_JSON_ARRAY, HA_JSON_NO_TAPE}, k, v;
         ha_json_iter it;
         unsigned steps = 0;
         if (!d)
@@ -734,7 +737,8 @@ static const i_case i_cases[] = {
     {"i_number_too_big_neg_int.json", HA_JSON_OK, 0, X_I64, HA_JSON_ERR_RANGE, 0, NULL},
     {"i_number_too_big_pos_int.json", HA_JSON_OK, 0, X_I64, HA_JSON_ERR_RANGE, 0, NULL},
     {"i_number_very_big_negative_int.json", HA_JSON_OK, 0, X_I64, HA_JSON_ERR_RANGE, 0, NULL},
-    {"i_object_key_lone_2nd_surrogate.json", HA_JSON_OK, HA_JSON_FLAG_LONE_SURROGATE, X_STR,
+    {"i_object_key_lone_2nd_surrogate.json", HA_JSON_OK,
+     HA_JSON_FLAG_LONE_SURROGATE | HA_JSON_FLAG_KEY_ESCAPE, X_STR,
      HA_JSON_OK, 0, R},
     {"i_string_1st_surrogate_but_2nd_missing.json", HA_JSON_OK, HA_JSON_FLAG_LONE_SURROGATE,
      X_STR, HA_JSON_OK, 0, R},
@@ -819,7 +823,9 @@ static int check_i_file(const i_case *t, const uint8_t *d, size_t len)
     case X_STR:
         if (ha_json_str_decode(d, v, out, ha_json_str_max(v), &n, &dfl) != t->xst)
             return 0;
-        return dfl == t->flags && n == strlen(t->str) && memcmp(out, t->str, n) == 0;
+        /* KEY_ESCAPE is a property of the document, not of one string */
+        return dfl == (t->flags & ~HA_JSON_FLAG_KEY_ESCAPE) && n == strlen(t->str) &&
+               memcmp(out, t->str, n) == 0;
     default:
         return 1;
     }
@@ -905,10 +911,44 @@ static void run_suite(check_counts *c, const char *dir)
     printf("JSONTestSuite: %u y_, %u n_, %u i_ files\n", ny, nn, ni);
 }
 
+/* The tape: every key and value span in document order, next-sibling
+ * steps, and scanning when it is too small. */
+static void test_tape(check_counts *c)
+{
+    const uint8_t *d = (const uint8_t *)" {\"a\": [1, {\"b\": null}], \"c\": \"x\"} ";
+    size_t len = strlen((const char *)d);
+    ha_json_tape_entry e[16];
+    ha_json_tape tape = {e, 16, 0};
+    ha_json_val r, k, v, got;
+    ha_json_iter it;
+    CHECK(c, ha_json_parse_tape(d, len, 0, &r, NULL, NULL, &tape) == HA_JSON_OK);
+    /* root, "a", [..], 1, {..}, "b", null, "c", "x" */
+    CHECK(c, tape.n == 9 && r.tape == 0 && e[0].start == 1 && e[0].end == 34 && e[0].next == 9);
+    CHECK(c, e[2].start == 7 && e[2].end == 23 && e[2].next == 7);
+    CHECK(c, e[4].next == 7 && e[5].next == 6 && e[8].next == 9);
+    ha_json_iter_init_tape(&it, d, r, &tape);
+    CHECK(c, ha_json_obj_next(&it, &k, &v) && k.tape == 1 && v.kind == HA_JSON_ARRAY && v.tape == 2);
+    CHECK(c, ha_json_obj_next(&it, &k, &v) && k.start == 25 && v.kind == HA_JSON_STRING && v.tape == 8);
+    CHECK(c, !ha_json_obj_next(&it, &k, &v) && v.kind == HA_JSON_ABSENT);
+    got = ha_json_obj_get_tape(d, r, L("c"), &tape);
+    CHECK(c, got.start == 30 && got.end == 33);
+    /* too small: no tape, iteration scans and gives the same spans */
+    tape.cap = 4;
+    CHECK(c, ha_json_parse_tape(d, len, 0, &r, NULL, NULL, &tape) == HA_JSON_OK);
+    CHECK(c, tape.n == 9 && r.tape == HA_JSON_NO_TAPE);
+    ha_json_iter_init_tape(&it, d, r, &tape);
+    CHECK(c, ha_json_obj_next(&it, &k, &v) && v.start == 7 && v.end == 23 && v.tape == HA_JSON_NO_TAPE);
+    /* a failed parse leaves no usable tape */
+    tape.cap = 16;
+    CHECK(c, ha_json_parse_tape(L("{\"a\": [1,]}"), 0, &r, NULL, NULL, &tape) == HA_JSON_ERR_SYNTAX &&
+                 r.tape == HA_JSON_NO_TAPE);
+}
+
 int main(int argc, char **argv)
 {
     check_counts c = {0, 0};
 
+    test_tape(&c);
     test_accept(&c);
     test_reject(&c);
     test_empty_trailing(&c);
