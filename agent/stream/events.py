@@ -34,12 +34,20 @@ class FinishStatus(enum.IntEnum):
 
 
 class WarningCode(enum.IntEnum):
+    # from the C core (csrc/extract.h ha_warning)
     BAD_JSON = 1
     NOT_OBJECT = 2
     UNKNOWN_EVENT = 3
     UNKNOWN_DELTA = 4
     FIELD_TYPE = 5
     REPLACED_UTF8 = 6
+    # from the provider decoders (agent/stream/decoders)
+    UNKNOWN_BLOCK = 101       # a delta for a block or item never started
+    UNKNOWN_ITEM_TYPE = 102   # a block or item type we do not know: carried through
+    TOOL_ID_CONFLICT = 103    # a later chunk names another id for a call: first kept
+    TOOL_NAME_CONFLICT = 104  # likewise for the function name
+    ARGUMENTS_MISMATCH = 105  # Responses: output_item.done's arguments differ from the deltas
+    AFTER_END = 106           # data after the end sentinel
 
 
 class FramingErrorCode(enum.IntEnum):
@@ -207,6 +215,51 @@ class FramingError:
     """An event dropped by name: too large for the buffer, and so on."""
     code: FramingErrorCode
     size: int
+
+
+# ---- events of the provider decoders (agent/stream/decoders) ----
+# TextDelta, ReasoningDelta, RefusalDelta, Usage, ProviderError, DecodeWarning,
+# FramingError and Truncated pass through them unchanged. TextDelta.index is
+# the choice for OpenAI Chat; for the others it is the content block (Anthropic)
+# or output item (Responses) position.
+
+
+@dataclass(slots=True)
+class ToolCallStarted:
+    """A tool call's head: call is its position among the message's calls."""
+    call: int
+    id: str | None
+    name: str | None
+    choice: int = 0
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    call: int
+    text: str
+    choice: int = 0
+
+
+@dataclass(slots=True)
+class ToolCallDone:
+    """A call whose arguments are complete (or cut off: tool_call.error says)."""
+    call: int
+    tool_call: "ToolCall"  # noqa: F821 - agent.stream.message.ToolCall
+    choice: int = 0
+
+
+@dataclass(slots=True)
+class Finished:
+    reason: "FinishReason"  # noqa: F821 - agent.stream.message.FinishReason
+    raw_reason: str | None
+    choice: int = 0
+
+
+@dataclass(slots=True)
+class StreamIncomplete:
+    """The body ended before the protocol's end ([DONE], message_stop,
+    response.completed/incomplete/failed): the message may be partial."""
+    detail: str
 
 
 @dataclass(slots=True)

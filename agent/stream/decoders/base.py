@@ -1,0 +1,152 @@
+"""What the three provider decoders share: the core stream they sit on, the
+builders of an answer's parts, and the end-of-stream rule.
+
+A provider decoder is sans-IO like the core: feed(bytes) -> events,
+close() -> events, never raising on bad input. It passes the core's events
+through when they mean the same for every protocol (text, reasoning,
+usage, errors, warnings) and turns the protocol-specific ones (blocks,
+items, tool-call pieces, finish records) into the common events of
+agent.stream.events, while building the final Message.
+"""
+
+from __future__ import annotations
+
+from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
+from agent.stream.events import (
+    DecodeWarning,
+    Protocol,
+    StreamIncomplete,
+    ToolCallDone,
+    WarningCode,
+)
+from agent.stream.message import (
+    ArgumentsError,
+    Message,
+    TextPart,
+    ThinkingPart,
+    ToolCall,
+    parse_arguments,
+)
+
+
+class TextBuilder:
+    """A text part under construction: pieces joined once, at the end."""
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def build(self) -> TextPart:
+        return TextPart("".join(self.pieces))
+
+
+class ThinkingBuilder:
+    __slots__ = ("pieces", "signature", "redacted_data", "item_id", "summary_index")
+
+    def __init__(self, item_id: str | None = None, summary_index: int | None = None,
+                 redacted_data: str | None = None) -> None:
+        self.pieces: list[str] = []
+        self.signature: str | None = None
+        self.redacted_data = redacted_data
+        self.item_id = item_id
+        self.summary_index = summary_index
+
+    def build(self) -> ThinkingPart:
+        return ThinkingPart("".join(self.pieces), self.signature, self.redacted_data,
+                            self.item_id, self.summary_index)
+
+
+class CallBuilder:
+    """A tool call under construction; `call` is its position in the message."""
+    __slots__ = ("call", "id", "name", "item_id", "pieces", "done")
+
+    def __init__(self, call: int, id: str | None, name: str | None,
+                 item_id: str | None = None) -> None:
+        self.call = call
+        self.id = id
+        self.name = name
+        self.item_id = item_id
+        self.pieces: list[str] = []
+        self.done: ToolCall | None = None
+
+    def finish(self, arguments: str | None = None, truncated: bool = False) -> ToolCall:
+        """Complete the call once: parse its arguments, or mark it cut off."""
+        if self.done is None:
+            call = ToolCall(self.id, self.name,
+                            "".join(self.pieces) if arguments is None else arguments,
+                            item_id=self.item_id)
+            if truncated:
+                call.error = ArgumentsError.TRUNCATED
+                call.error_detail = "the stream ended before the call's arguments did"
+            else:
+                call.complete = True
+                parse_arguments(call)
+            self.done = call
+        return self.done
+
+    def build(self) -> ToolCall:
+        return self.done if self.done is not None else self.finish(truncated=True)
+
+
+class OtherPart:
+    """An output item or block of a type we do not know, carried through."""
+    __slots__ = ("type", "raw")
+
+    def __init__(self, type: str | None, raw: bytes | None) -> None:
+        self.type = type
+        self.raw = raw
+
+    def build(self) -> "OtherPart":
+        return self
+
+    def __repr__(self) -> str:
+        return f"OtherPart(type={self.type!r}, raw={self.raw!r})"
+
+
+class ProviderDecoder:
+    """Base of the three decoders. A subclass sets PROTOCOL and END and
+    defines _handle(core_events, out), which turns the core's events into
+    common ones (setting self._ended at the protocol's end), and
+    _truncate(out), which closes what an early end of body left open."""
+
+    PROTOCOL: Protocol
+    END: str  # what the protocol's end looks like, for StreamIncomplete
+
+    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+        self._core = StreamDecoder(self.PROTOCOL, buffer_size)
+        self._ended = False   # the protocol's end was seen
+        self._closed = False
+
+    def feed(self, data: bytes) -> list:
+        out: list = []
+        self._handle(self._core.feed(data), out)
+        return out
+
+    def close(self) -> list:
+        """End of body: pending events, then what was left unfinished."""
+        if self._closed:
+            return []
+        self._closed = True
+        out: list = []
+        self._handle(self._core.close(), out)
+        if not self._ended:
+            self._truncate(out)
+            out.append(StreamIncomplete(f"the stream ended without {self.END}"))
+        return out
+
+    def _after_end(self, event, out: list) -> bool:
+        """Data after the end sentinel is reported, not decoded."""
+        if self._ended:
+            out.append(DecodeWarning(WarningCode.AFTER_END, type(event).__name__, None))
+            return True
+        return False
+
+    @staticmethod
+    def _done(builder: CallBuilder, out: list, choice: int = 0, **finish) -> None:
+        if builder.done is None:
+            out.append(ToolCallDone(builder.call, builder.finish(**finish), choice))
+
+
+def build_message(message: Message, parts: list) -> Message:
+    message.parts = [p.build() for p in parts]
+    return message

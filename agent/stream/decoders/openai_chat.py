@@ -1,0 +1,156 @@
+"""OpenAI Chat Completions and compatible servers (Ollama, llama.cpp, vLLM,
+DeepSeek, Azure).
+
+Tool calls are keyed by their `index` within a choice; a server that omits it
+(Ollama, Gemini's compatibility layer) gets call order: a head without index
+starts a new call, arguments without index extend the latest one. Ids and
+names are set once: DeepSeek and Qwen repeat them in every chunk, and a later
+chunk never erases or extends them. Calls complete at the choice's
+finish_reason or at [DONE].
+"""
+
+from __future__ import annotations
+
+from agent.stream import events as ev
+from agent.stream.decoders.base import (
+    CallBuilder,
+    ProviderDecoder,
+    TextBuilder,
+    ThinkingBuilder,
+    build_message,
+)
+from agent.stream.events import Protocol
+from agent.stream.message import Message, merge_usage, normalise_finish
+
+
+class _Choice:
+    __slots__ = ("message", "parts", "calls", "by_index", "last_call", "refusal")
+
+    def __init__(self) -> None:
+        self.message = Message()
+        self.parts: list = []
+        self.calls: list[CallBuilder] = []
+        self.by_index: dict[int, CallBuilder] = {}
+        self.last_call: CallBuilder | None = None
+        self.refusal: list[str] = []
+
+
+class OpenAIChatDecoder(ProviderDecoder):
+    PROTOCOL = Protocol.OPENAI_CHAT
+    END = "[DONE]"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._choices: dict[int, _Choice] = {}
+        self._id: str | None = None
+        self._model: str | None = None
+        self._usage = None
+
+    @property
+    def messages(self) -> list[Message]:
+        """One message per choice, in choice order."""
+        return [self._message(i) for i in sorted(self._choices)] or [self._message(0)]
+
+    @property
+    def message(self) -> Message:
+        return self._message(0)
+
+    def _message(self, index: int) -> Message:
+        choice = self._choices.get(index) or _Choice()
+        m = choice.message
+        m.id, m.model, m.usage = self._id, self._model, self._usage
+        m.refusal = "".join(choice.refusal) if choice.refusal else None
+        return build_message(m, choice.parts)
+
+    def _choice(self, index: int) -> _Choice:
+        choice = self._choices.get(index)
+        if choice is None:
+            choice = self._choices[index] = _Choice()
+        return choice
+
+    def _handle(self, events: list, out: list) -> None:
+        append = out.append
+        for e in events:
+            kind = type(e)
+            if self._ended and self._after_end(e, out):
+                continue
+            if kind is ev.TextDelta:
+                parts = self._choice(e.index).parts
+                if not parts or type(parts[-1]) is not TextBuilder:
+                    parts.append(TextBuilder())
+                parts[-1].pieces.append(e.text)
+                append(e)
+            elif kind is ev.ToolArgsDelta:
+                self._args(e, out)
+            elif kind is ev.ToolCallStart:
+                self._start(e, out)
+            elif kind is ev.ReasoningDelta:
+                parts = self._choice(e.index).parts
+                if not parts or type(parts[-1]) is not ThinkingBuilder:
+                    parts.append(ThinkingBuilder())
+                parts[-1].pieces.append(e.text)
+                append(e)
+            elif kind is ev.RefusalDelta:
+                self._choice(e.index).refusal.append(e.text)
+                append(e)
+            elif kind is ev.Finish:
+                self._finish(e, out)
+            elif kind is ev.Usage:
+                self._usage = merge_usage(self._usage, e)
+                append(e)
+            elif kind is ev.Meta:
+                self._id = e.id if e.id is not None else self._id
+                self._model = e.model if e.model is not None else self._model
+            elif kind is ev.StreamEnd:
+                self._ended = True
+                for index, choice in sorted(self._choices.items()):
+                    for call in choice.calls:
+                        self._done(call, out, index)
+            else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
+                append(e)
+
+    def _start(self, e: ev.ToolCallStart, out: list) -> None:
+        choice = self._choice(e.index)
+        call = choice.by_index.get(e.tool_index) if e.tool_index is not None else None
+        if call is None:
+            call = CallBuilder(len(choice.calls), e.call_id, e.name)
+            choice.calls.append(call)
+            choice.parts.append(call)
+            if e.tool_index is not None:
+                choice.by_index[e.tool_index] = call
+            choice.last_call = call
+            out.append(ev.ToolCallStarted(call.call, call.id, call.name, e.index))
+            return
+        # a repeated head: fill what was missing, never overwrite
+        for attr, value, code in (("id", e.call_id, ev.WarningCode.TOOL_ID_CONFLICT),
+                                  ("name", e.name, ev.WarningCode.TOOL_NAME_CONFLICT)):
+            old = getattr(call, attr)
+            if value is None or value == old:
+                continue
+            if old is None:
+                setattr(call, attr, value)
+            else:
+                out.append(ev.DecodeWarning(code, f"call {call.call}: kept {old!r}, got {value!r}", None))
+
+    def _args(self, e: ev.ToolArgsDelta, out: list) -> None:
+        choice = self._choice(e.index)
+        call = choice.by_index.get(e.tool_index) if e.tool_index is not None else choice.last_call
+        if call is None:  # arguments before any head: a call with no id or name yet
+            self._start(ev.ToolCallStart(e.index, e.tool_index, None, None, None), out)
+            call = choice.calls[-1]
+        call.pieces.append(e.text)
+        out.append(ev.ToolCallDelta(call.call, e.text, e.index))
+
+    def _finish(self, e: ev.Finish, out: list) -> None:
+        index = 0 if e.index is None else e.index
+        choice = self._choice(index)
+        choice.message.finish_reason = normalise_finish(e.reason)
+        choice.message.raw_finish_reason = e.reason
+        for call in choice.calls:
+            self._done(call, out, index)
+        out.append(ev.Finished(choice.message.finish_reason, e.reason, index))
+
+    def _truncate(self, out: list) -> None:
+        for index, choice in sorted(self._choices.items()):
+            for call in choice.calls:
+                self._done(call, out, index, truncated=True)
