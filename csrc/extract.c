@@ -244,6 +244,37 @@ static int is_kind(ev_ctx *c, ha_json_val v, ha_json_kind want, const char *path
     return 0;
 }
 
+/* A member the event type needs: absent or null warns MISSING_FIELD, another
+ * kind FIELD_TYPE. */
+static int required(ev_ctx *c, ha_json_val v, ha_json_kind want, const char *path)
+{
+    if (v.kind == HA_JSON_ABSENT || v.kind == HA_JSON_NULL) {
+        warn(c, HA_WARN_MISSING_FIELD, path);
+        return 0;
+    }
+    return is_kind(c, v, want, path);
+}
+
+/* A member the event type needs, of any kind: absent or null warns. */
+static int present(ev_ctx *c, ha_json_val v, const char *path)
+{
+    if (v.kind != HA_JSON_ABSENT && v.kind != HA_JSON_NULL)
+        return 1;
+    warn(c, HA_WARN_MISSING_FIELD, path);
+    return 0;
+}
+
+/* A type we do not know: the warning names it. */
+static void warn_type(ev_ctx *c, ha_warning code, ha_json_val type)
+{
+    int64_t *r = rec_add(c, HA_REC_WARNING, -1, -1);
+    if (!r)
+        return;
+    r[3] = code;
+    text_json(c, type, r + 4);
+    raw_span(c, 0, c->len, r);
+}
+
 /* An integer member: the value, or -1 when absent, null or of a wrong type
  * (which warns). */
 static int64_t int_field(ev_ctx *c, ha_json_val v, const char *path)
@@ -405,7 +436,10 @@ static void error_record(ev_ctx *c, ha_json_val err)
         else if (KEY(k, "message"))
             message = v;
     }
-    if (type.kind == HA_JSON_STRING)
+    /* a flat Responses error event is {"type": "error", "code": ...}: there
+       the type says only that it is an error, the code says which */
+    if (type.kind == HA_JSON_STRING && !(IS(type, "error") && code.kind != HA_JSON_ABSENT &&
+                                         code.kind != HA_JSON_NULL))
         text_json(c, type, r + 4);
     else if (code.kind == HA_JSON_STRING)
         text_json(c, code, r + 4);
@@ -639,14 +673,9 @@ static void anthropic_usage_of(ev_ctx *c, ha_json_val u)
 
 static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
 {
-    if (!is_kind(c, block, HA_JSON_OBJECT, "content_block"))
-        return;
     ha_json_val type = GET(block, "type");
-    if (!is_kind(c, type, HA_JSON_STRING, "content_block.type")) {
-        if (type.kind == HA_JSON_ABSENT || type.kind == HA_JSON_NULL)
-            warn(c, HA_WARN_FIELD_TYPE, "content_block.type");
+    if (!required(c, type, HA_JSON_STRING, "content_block.type"))
         return;
-    }
     int64_t *r;
     if (IS(type, "text")) {
         if (rec_add(c, HA_REC_BLOCK_START, index, HA_ITEM_TEXT))
@@ -671,36 +700,44 @@ static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
     }
 }
 
+/* A delta's piece: required, then added (an empty piece adds nothing). */
+static void piece(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub, ha_json_val v,
+                  ha_json_val item_id, const char *path)
+{
+    if (required(c, v, HA_JSON_STRING, path))
+        delta(c, kind, index, sub, v, item_id, path);
+}
+
 static void anthropic_block_delta(ev_ctx *c, int64_t index, ha_json_val d)
 {
-    if (!is_kind(c, d, HA_JSON_OBJECT, "delta"))
-        return;
     ha_json_val type = GET(d, "type");
-    if (type.kind != HA_JSON_STRING) {
-        warn(c, HA_WARN_FIELD_TYPE, "delta.type");
+    if (!required(c, type, HA_JSON_STRING, "delta.type"))
         return;
-    }
-    if (IS(type, "text_delta"))
-        delta(c, HA_REC_TEXT, index, -1, GET(d, "text"), absent, "delta.text");
-    else if (IS(type, "input_json_delta"))
-        delta(c, HA_REC_TOOL_ARGS, index, -1, GET(d, "partial_json"), absent, "delta.partial_json");
-    else if (IS(type, "thinking_delta"))
-        delta(c, HA_REC_REASONING, index, -1, GET(d, "thinking"), absent, "delta.thinking");
-    else if (IS(type, "signature_delta"))
-        signature(c, index, GET(d, "signature"), "delta.signature");
-    else if (IS(type, "citations_delta")) {
+    if (IS(type, "text_delta")) {
+        piece(c, HA_REC_TEXT, index, -1, GET(d, "text"), absent, "delta.text");
+    } else if (IS(type, "input_json_delta")) {
+        piece(c, HA_REC_TOOL_ARGS, index, -1, GET(d, "partial_json"), absent, "delta.partial_json");
+    } else if (IS(type, "thinking_delta")) {
+        piece(c, HA_REC_REASONING, index, -1, GET(d, "thinking"), absent, "delta.thinking");
+    } else if (IS(type, "signature_delta")) {
+        ha_json_val sig = GET(d, "signature");
+        if (required(c, sig, HA_JSON_STRING, "delta.signature"))
+            signature(c, index, sig, "delta.signature");
+    } else if (IS(type, "citations_delta")) {
         ha_json_val cite = GET(d, "citation");
         int64_t *r;
-        if (is_kind(c, cite, HA_JSON_OBJECT, "delta.citation") &&
+        if (required(c, cite, HA_JSON_OBJECT, "delta.citation") &&
             (r = rec_add(c, HA_REC_CITATION, index, -1)))
             raw_val(c, cite, r);
-    } else
-        warn(c, HA_WARN_UNKNOWN_DELTA, "delta.type");
+    } else {
+        warn_type(c, HA_WARN_UNKNOWN_DELTA, type);
+    }
 }
 
 static void anthropic_event(ev_ctx *c, ha_json_val root)
 {
-    ha_json_val k, v, type = absent, index = absent, body = absent, d = absent, usage = absent;
+    ha_json_val k, v, type = absent, index = absent, message = absent, block = absent;
+    ha_json_val error = absent, d = absent, usage = absent;
     ha_json_iter it;
     iter(c, &it, root);
     while (ha_json_obj_next(&it, &k, &v)) {
@@ -712,26 +749,32 @@ static void anthropic_event(ev_ctx *c, ha_json_val root)
             d = v;
         else if (KEY(k, "usage"))
             usage = v;
-        else if (KEY(k, "message") || KEY(k, "content_block") || KEY(k, "error"))
-            body = v;
+        else if (KEY(k, "content_block"))
+            block = v;
+        else if (KEY(k, "message"))
+            message = v;
+        else if (KEY(k, "error"))
+            error = v;
     }
-    if (type.kind != HA_JSON_STRING) {
-        warn(c, HA_WARN_FIELD_TYPE, "type");
+    if (!required(c, type, HA_JSON_STRING, "type"))
         return;
-    }
+    /* an index of a wrong type warns and the block is kept as -1 (int_field) */
     if (IS(type, "content_block_delta")) {
-        anthropic_block_delta(c, int_field(c, index, "index"), d);
+        if (present(c, index, "index") && required(c, d, HA_JSON_OBJECT, "delta"))
+            anthropic_block_delta(c, int_field(c, index, "index"), d);
     } else if (IS(type, "content_block_start")) {
-        anthropic_block_start(c, int_field(c, index, "index"), body);
+        if (present(c, index, "index") && required(c, block, HA_JSON_OBJECT, "content_block"))
+            anthropic_block_start(c, int_field(c, index, "index"), block);
     } else if (IS(type, "content_block_stop")) {
-        rec_add(c, HA_REC_BLOCK_STOP, int_field(c, index, "index"), -1);
+        if (present(c, index, "index"))
+            rec_add(c, HA_REC_BLOCK_STOP, int_field(c, index, "index"), -1);
     } else if (IS(type, "message_start")) {
-        if (is_kind(c, body, HA_JSON_OBJECT, "message")) {
-            meta(c, GET(body, "id"), GET(body, "model"));
-            anthropic_usage_of(c, GET(body, "usage"));
+        if (required(c, message, HA_JSON_OBJECT, "message")) {
+            meta(c, GET(message, "id"), GET(message, "model"));
+            anthropic_usage_of(c, GET(message, "usage"));
         }
     } else if (IS(type, "message_delta")) {
-        if (is_kind(c, d, HA_JSON_OBJECT, "delta")) {
+        if (required(c, d, HA_JSON_OBJECT, "delta")) {
             ha_json_val reason = GET(d, "stop_reason");
             int64_t *r;
             if (is_kind(c, reason, HA_JSON_STRING, "delta.stop_reason") &&
@@ -748,9 +791,9 @@ static void anthropic_event(ev_ctx *c, ha_json_val root)
     } else if (IS(type, "ping")) {
         /* keep-alive: nothing to report */
     } else if (IS(type, "error")) {
-        error_record(c, body.kind == HA_JSON_ABSENT ? root : body);
+        error_record(c, error.kind == HA_JSON_ABSENT ? root : error);
     } else {
-        warn(c, HA_WARN_UNKNOWN_EVENT, "type");
+        warn_type(c, HA_WARN_UNKNOWN_EVENT, type);
     }
 }
 
@@ -776,14 +819,11 @@ static ha_item_kind responses_item_kind(ev_ctx *c, ha_json_val type)
 /* output_item.added (stop = 0) and output_item.done (stop = 1) */
 static void responses_item(ev_ctx *c, int64_t index, ha_json_val item, int stop)
 {
-    if (!is_kind(c, item, HA_JSON_OBJECT, "item"))
+    if (!required(c, item, HA_JSON_OBJECT, "item"))
         return;
     ha_json_val type = GET(item, "type");
-    if (!is_kind(c, type, HA_JSON_STRING, "item.type")) {
-        if (type.kind == HA_JSON_ABSENT || type.kind == HA_JSON_NULL)
-            warn(c, HA_WARN_FIELD_TYPE, "item.type");
+    if (!required(c, type, HA_JSON_STRING, "item.type"))
         return;
-    }
     ha_item_kind kind = responses_item_kind(c, type);
     int64_t *r = rec_add(c, stop ? HA_REC_BLOCK_STOP : HA_REC_BLOCK_START, index, kind);
     if (!r)
@@ -807,42 +847,61 @@ static void responses_item(ev_ctx *c, int64_t index, ha_json_val item, int stop)
     }
 }
 
+/* response.completed / incomplete / failed: the event type alone says how
+ * the response ended, so the finish record comes whatever its body holds. */
 static void responses_final(ev_ctx *c, ha_json_val response, ha_finish_status status)
 {
-    if (!is_kind(c, response, HA_JSON_OBJECT, "response"))
+    /* the reason when the body names none: the event type's own word */
+    const char *said = status == HA_FINISH_COMPLETED    ? "completed"
+                       : status == HA_FINISH_INCOMPLETE ? "incomplete"
+                                                        : "failed";
+    int64_t *r;
+    if (!required(c, response, HA_JSON_OBJECT, "response")) {
+        if ((r = rec_add(c, HA_REC_FINISH, -1, status)))
+            text_lit(c, said, r + 4);
         return;
+    }
     meta(c, GET(response, "id"), GET(response, "model"));
     ha_json_val u = GET(response, "usage");
     if (is_kind(c, u, HA_JSON_OBJECT, "response.usage")) {
-        int64_t *r = usage_record(c, u, responses_usage, sizeof responses_usage / sizeof *responses_usage);
-        usage_detail(c, r, u, "input_tokens_details", "cached_tokens", HA_USAGE_CACHE_READ);
-        usage_detail(c, r, u, "output_tokens_details", "reasoning_tokens", HA_USAGE_REASONING);
+        int64_t *counts = usage_record(c, u, responses_usage, sizeof responses_usage / sizeof *responses_usage);
+        usage_detail(c, counts, u, "input_tokens_details", "cached_tokens", HA_USAGE_CACHE_READ);
+        usage_detail(c, counts, u, "output_tokens_details", "reasoning_tokens", HA_USAGE_REASONING);
     }
     ha_json_val err = GET(response, "error");
-    if (err.kind == HA_JSON_OBJECT)
+    if (is_kind(c, err, HA_JSON_OBJECT, "response.error"))
         error_record(c, err);
-    int64_t *r = rec_add(c, HA_REC_FINISH, -1, status);
-    if (!r)
-        return;
-    ha_json_val details = GET(response, "incomplete_details");
-    ha_json_val reason = details.kind == HA_JSON_OBJECT ? GET(details, "reason") : details;
-    if (reason.kind == HA_JSON_STRING)
-        text_json(c, reason, r + 4);
-    else
-        text_opt(c, GET(response, "status"), r + 4, "response.status");
+    ha_json_val details = GET(response, "incomplete_details"), reason = absent;
+    if (is_kind(c, details, HA_JSON_OBJECT, "response.incomplete_details")) {
+        reason = GET(details, "reason");
+        if (!is_kind(c, reason, HA_JSON_STRING, "response.incomplete_details.reason"))
+            reason = absent;
+    }
+    if (reason.kind != HA_JSON_STRING) {
+        reason = GET(response, "status");
+        if (!is_kind(c, reason, HA_JSON_STRING, "response.status"))
+            reason = absent;
+    }
+    /* last, so that the warnings of this event come before its end */
+    if ((r = rec_add(c, HA_REC_FINISH, -1, status))) {
+        if (reason.kind == HA_JSON_STRING)
+            text_json(c, reason, r + 4);
+        else
+            text_lit(c, said, r + 4);
+    }
 }
 
 static void responses_event(ev_ctx *c, ha_json_val root)
 {
     ha_json_val k, v, type = absent, out = absent, part = absent, summary = absent;
-    ha_json_val item_id = absent, piece = absent, item = absent, response = absent;
+    ha_json_val item_id = absent, text = absent, item = absent, response = absent;
     ha_json_iter it;
     iter(c, &it, root);
     while (ha_json_obj_next(&it, &k, &v)) {
         if (KEY(k, "type"))
             type = v;
         else if (KEY(k, "delta"))
-            piece = v;
+            text = v;
         else if (KEY(k, "item_id"))
             item_id = v;
         else if (KEY(k, "output_index"))
@@ -856,27 +915,25 @@ static void responses_event(ev_ctx *c, ha_json_val root)
         else if (KEY(k, "response"))
             response = v;
     }
-    if (type.kind != HA_JSON_STRING) {
-        warn(c, HA_WARN_FIELD_TYPE, "type");
+    if (!required(c, type, HA_JSON_STRING, "type"))
         return;
-    }
     if (item_id.kind != HA_JSON_STRING) {
         is_kind(c, item_id, HA_JSON_STRING, "item_id");
         item_id = absent;
     }
     if (IS(type, "response.output_text.delta")) {
-        delta(c, HA_REC_TEXT, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
-              piece, item_id, "delta");
+        piece(c, HA_REC_TEXT, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
+              text, item_id, "delta");
     } else if (IS(type, "response.function_call_arguments.delta")) {
-        delta(c, HA_REC_TOOL_ARGS, int_field(c, out, "output_index"), -1, piece, item_id, "delta");
+        piece(c, HA_REC_TOOL_ARGS, int_field(c, out, "output_index"), -1, text, item_id, "delta");
     } else if (IS(type, "response.reasoning_summary_text.delta")) {
-        delta(c, HA_REC_REASONING, int_field(c, out, "output_index"),
-              int_field(c, summary, "summary_index"), piece, item_id, "delta");
+        piece(c, HA_REC_REASONING, int_field(c, out, "output_index"),
+              int_field(c, summary, "summary_index"), text, item_id, "delta");
     } else if (IS(type, "response.reasoning_text.delta")) {
-        delta(c, HA_REC_REASONING, int_field(c, out, "output_index"), -1, piece, item_id, "delta");
+        piece(c, HA_REC_REASONING, int_field(c, out, "output_index"), -1, text, item_id, "delta");
     } else if (IS(type, "response.refusal.delta")) {
-        delta(c, HA_REC_REFUSAL, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
-              piece, item_id, "delta");
+        piece(c, HA_REC_REFUSAL, int_field(c, out, "output_index"), int_field(c, part, "content_index"),
+              text, item_id, "delta");
     } else if (IS(type, "response.output_item.added")) {
         responses_item(c, int_field(c, out, "output_index"), item, 0);
     } else if (IS(type, "response.output_item.done")) {
@@ -884,12 +941,12 @@ static void responses_event(ev_ctx *c, ha_json_val root)
     } else if (IS(type, "response.output_text.annotation.added")) {
         ha_json_val note = GET(root, "annotation");
         int64_t *r;
-        if (is_kind(c, note, HA_JSON_OBJECT, "annotation") &&
+        if (required(c, note, HA_JSON_OBJECT, "annotation") &&
             (r = rec_add(c, HA_REC_CITATION, int_field(c, out, "output_index"), -1)))
             raw_val(c, note, r);
     } else if (IS(type, "response.created") || IS(type, "response.in_progress") ||
                IS(type, "response.queued")) {
-        if (is_kind(c, response, HA_JSON_OBJECT, "response"))
+        if (required(c, response, HA_JSON_OBJECT, "response"))
             meta(c, GET(response, "id"), GET(response, "model"));
     } else if (IS(type, "response.completed")) {
         responses_final(c, response, HA_FINISH_COMPLETED);
@@ -909,7 +966,7 @@ static void responses_event(ev_ctx *c, ha_json_val root)
                IS(type, "response.reasoning_text.done")) {
         /* repeats what the deltas and output_item.done carry */
     } else {
-        warn(c, HA_WARN_UNKNOWN_EVENT, "type");
+        warn_type(c, HA_WARN_UNKNOWN_EVENT, type);
     }
 }
 
@@ -951,6 +1008,9 @@ static void json_event(ev_ctx *c)
     }
     c->tape = tape;
     c->key_escapes = (flags & HA_JSON_FLAG_KEY_ESCAPE) != 0;
+    /* first: a warning after an end record would read as data after the end */
+    if (flags & (HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE))
+        warn(c, HA_WARN_REPLACED_UTF8, NULL);
     switch (c->st->proto) {
     case HA_PROTO_OPENAI_CHAT:
         chat_event(c, root);
@@ -964,8 +1024,6 @@ static void json_event(ev_ctx *c)
     case HA_PROTO_SSE:
         break;
     }
-    if (flags & (HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE))
-        warn(c, HA_WARN_REPLACED_UTF8, NULL);
 }
 
 static void extract(ev_ctx *c, ha_sse_status status, const ha_sse_event *ev)
@@ -985,6 +1043,8 @@ static void extract(ev_ctx *c, ha_sse_status status, const ha_sse_event *ev)
         if ((r = rec_add(c, HA_REC_UNKNOWN_FIELD, (int64_t)ev->size, -1))) {
             text_bytes(c, ev->name, ev->name_len, r + 4, &flags);
             raw_put(c, ev->data, ev->data_len, r + 10);
+            if (flags)
+                warn(c, HA_WARN_REPLACED_UTF8, "field name");
         }
         break;
     case HA_SSE_ERR_EVENT_TOO_LARGE:

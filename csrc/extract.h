@@ -145,11 +145,13 @@ typedef enum {
 typedef enum {
     HA_WARN_BAD_JSON = 1,        /* event data is not strict JSON */
     HA_WARN_NOT_OBJECT = 2,      /* JSON, but not an object */
-    HA_WARN_UNKNOWN_EVENT = 3,   /* event type we do not know (s1) */
-    HA_WARN_UNKNOWN_DELTA = 4,   /* delta / block type we do not know (s1) */
+    HA_WARN_UNKNOWN_EVENT = 3,   /* event type we do not know (s1 the type) */
+    HA_WARN_UNKNOWN_DELTA = 4,   /* delta type we do not know (s1 the type) */
     HA_WARN_FIELD_TYPE = 5,      /* a known field of the wrong type (s1 path) */
-    HA_WARN_REPLACED_UTF8 = 6    /* invalid UTF-8 or lone surrogate replaced
+    HA_WARN_REPLACED_UTF8 = 6,   /* invalid UTF-8 or lone surrogate replaced
                                     by U+FFFD somewhere in this event */
+    HA_WARN_MISSING_FIELD = 7    /* a field the event type needs is absent
+                                    or null (s1 path) */
 } ha_warning;
 
 typedef enum {

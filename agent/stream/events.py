@@ -41,6 +41,7 @@ class WarningCode(enum.IntEnum):
     UNKNOWN_DELTA = 4
     FIELD_TYPE = 5
     REPLACED_UTF8 = 6
+    MISSING_FIELD = 7
     # from the provider decoders (agent/stream/decoders)
     UNKNOWN_BLOCK = 101       # a delta for a block or item never started
     UNKNOWN_ITEM_TYPE = 102   # a block or item type we do not know: carried through

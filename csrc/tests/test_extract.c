@@ -142,8 +142,8 @@ static void test_chat_errors_and_warnings(check_counts *c)
     feed(f, "data: [1]\n\n");
     CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_NOT_OBJECT);
     feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\xff\"}}]}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[0] == HA_REC_TEXT && span_is(f, 0, 4, "a\xef\xbf\xbd") &&
-                 rec(f, 1)[3] == HA_WARN_REPLACED_UTF8);
+    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_REPLACED_UTF8 && rec(f, 1)[0] == HA_REC_TEXT &&
+                 span_is(f, 1, 4, "a\xef\xbf\xbd"));
     feed(f, "error: {\"message\":\"old llama.cpp\"}\n\n");
     CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_UNKNOWN_FIELD && span_is(f, 0, 4, "error") &&
                  raw_is(f, 0, "{\"message\":\"old llama.cpp\"}"));
@@ -218,6 +218,37 @@ static void test_responses(check_counts *c)
     free(f);
 }
 
+static void test_required_fields_and_type_names(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_ANTHROPIC, 64);
+    feed(f, "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\"}}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_MISSING_FIELD && span_is(f, 0, 4, "delta.text"));
+    feed(f, "data: {\"type\":\"content_block_start\",\"index\":0,\"message\":null,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_BLOCK_START);
+    feed(f, "data: {\"type\":\"content_block_stop\"}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_MISSING_FIELD && span_is(f, 0, 4, "index"));
+    feed(f, "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"new_delta\"}}\n\n"
+            "data: {\"type\":\"new_event\"}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_UNKNOWN_DELTA && span_is(f, 0, 4, "new_delta") &&
+                 rec(f, 1)[3] == HA_WARN_UNKNOWN_EVENT && span_is(f, 1, 4, "new_event"));
+    free(f);
+
+    f = open_stream(HA_PROTO_OPENAI_RESPONSES, 64);
+    /* the event type says how the response ended, whatever its body */
+    feed(f, "data: {\"type\":\"response.completed\",\"response\":42}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_FIELD_TYPE && rec(f, 1)[0] == HA_REC_FINISH &&
+                 rec(f, 1)[2] == HA_FINISH_COMPLETED && span_is(f, 1, 4, "completed"));
+    feed(f, "data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":3}}}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_FIELD_TYPE &&
+                 span_is(f, 0, 4, "response.incomplete_details.reason") &&
+                 rec(f, 1)[0] == HA_REC_FINISH && span_is(f, 1, 4, "incomplete"));
+    /* a flat error event: its code is the type */
+    feed(f, "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"m\"}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "rate_limit_exceeded") &&
+                 span_is(f, 0, 6, "m"));
+    free(f);
+}
+
 static void test_output_full_is_a_transaction(check_counts *c)
 {
     /* room for two records: the third event's two records must wait whole */
@@ -276,6 +307,7 @@ int main(int argc, char **argv)
     test_chat_errors_and_warnings(&c);
     test_anthropic(&c);
     test_responses(&c);
+    test_required_fields_and_type_names(&c);
     test_output_full_is_a_transaction(&c);
     test_framing_records_and_tail(&c);
     return check_summary(&c);
