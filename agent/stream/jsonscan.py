@@ -9,6 +9,7 @@ still exact Python ints; a float that overflows a double is a RANGE error.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from agent.stream._binding import ffi, lib
@@ -57,6 +58,9 @@ def _raise(status: int, offset: int | None = None):
 
 
 class _Builder:
+    """Python objects from an accepted document, walked with an explicit
+    stack: nesting as deep as the scanner allows costs no recursion."""
+
     __slots__ = ("doc", "key", "val", "out", "out_len", "i64", "f64", "flags")
 
     def __init__(self, doc: bytes) -> None:
@@ -70,15 +74,44 @@ class _Builder:
         self.flags = ffi.new("unsigned *")
 
     def value(self, v) -> Any:
+        if v.kind != _OBJECT and v.kind != _ARRAY:
+            return self.scalar(v)
+        root = {} if v.kind == _OBJECT else []
+        stack = [(root, self.iterator(v))]
+        key, val = self.key, self.val
+        while stack:
+            container, it = stack[-1]
+            if type(container) is dict:
+                if not lib.ha_json_obj_next(it, key, val):
+                    stack.pop()
+                    continue
+                name = self.string(key[0])
+            elif not lib.ha_json_arr_next(it, val):
+                stack.pop()
+                continue
+            kind = val.kind
+            if kind == _OBJECT or kind == _ARRAY:
+                child = {} if kind == _OBJECT else []
+                stack.append((child, self.iterator(val[0])))
+            else:
+                child = self.scalar(val[0])
+            if type(container) is dict:
+                container[name] = child  # a duplicate key: the last wins
+            else:
+                container.append(child)
+        return root
+
+    def iterator(self, v):
+        it = ffi.new("ha_json_iter *")
+        lib.ha_json_iter_init(it, self.doc, v)
+        return it
+
+    def scalar(self, v) -> Any:
         kind = v.kind
         if kind == _STRING:
             return self.string(v)
         if kind == _NUMBER:
             return self.number(v)
-        if kind == _OBJECT:
-            return self.obj(v)
-        if kind == _ARRAY:
-            return self.array(v)
         if kind == _NULL:
             return None
         if kind == _TRUE:
@@ -102,26 +135,10 @@ class _Builder:
         if status == lib.HA_JSON_OK:
             return self.i64[0]
         if status == lib.HA_JSON_ERR_RANGE:
-            return int(self.doc[v.start:v.end])  # an exact integer beyond int64
+            # an exact integer beyond int64; through Decimal, which has no
+            # limit on digits (int(str) stops at 4300)
+            return int(Decimal(self.doc[v.start:v.end].decode("ascii")))
         status = lib.ha_json_get_f64(self.doc, v, self.f64)
         if status != lib.HA_JSON_OK:
             _raise(status, v.start)
         return self.f64[0]
-
-    def obj(self, v) -> dict:
-        it = ffi.new("ha_json_iter *")
-        lib.ha_json_iter_init(it, self.doc, v)
-        members = []
-        key, val = self.key, self.val
-        while lib.ha_json_obj_next(it, key, val):
-            members.append((ffi.new("ha_json_val *", key[0]), ffi.new("ha_json_val *", val[0])))
-        return {self.string(k[0]): self.value(m[0]) for k, m in members}
-
-    def array(self, v) -> list:
-        it = ffi.new("ha_json_iter *")
-        lib.ha_json_iter_init(it, self.doc, v)
-        items = []
-        val = self.val
-        while lib.ha_json_arr_next(it, val):
-            items.append(ffi.new("ha_json_val *", val[0]))
-        return [self.value(item[0]) for item in items]

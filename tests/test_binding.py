@@ -1,0 +1,252 @@
+"""The Python face of the C stream core (agent/stream/_binding.py,
+agent/stream/decoder.py): the import failure message, argument checks, the
+stream life cycle, and the output-full path of ha_stream_feed (an event's
+records are committed whole; a full area makes feed() call again)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
+from agent.stream.events import (
+    FramingError,
+    FramingErrorCode,
+    Meta,
+    ReasoningDelta,
+    SSEEvent,
+    StreamEnd,
+    TextDelta,
+    Truncated,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------
+# import failure
+# ---------------------------------------------------------------------------
+
+_BLOCKED_IMPORT = textwrap.dedent("""
+    import sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "agent.stream._core":
+                raise ModuleNotFoundError("blocked by the test", name=name)
+            return None
+
+    sys.meta_path.insert(0, Block())
+    try:
+        import agent.stream
+    except ImportError as exc:
+        cause = exc.__cause__
+        print("CAUSE:", type(cause).__name__, cause)
+        print("MESSAGE:", exc)
+        sys.exit(3)
+    print("imported anyway")
+    sys.exit(0)
+""")
+
+
+def test_import_without_extension_says_how_to_build():
+    proc = subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    message = proc.stdout.split("MESSAGE:", 1)[1]
+    assert "agent.stream._core" in message
+    assert "pip install -e ." in message
+    assert "C compiler" in message and "python3-dev" in message
+    # the original failure is chained, not swallowed
+    assert "CAUSE: ModuleNotFoundError blocked by the test" in proc.stdout
+
+
+def test_import_with_extension_works_in_a_subprocess():
+    # the control for the test above: the same script without the blocker
+    script = "import agent.stream, sys; print(agent.stream.StreamDecoder.__name__)"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "StreamDecoder"
+
+
+# ---------------------------------------------------------------------------
+# arguments
+# ---------------------------------------------------------------------------
+
+def test_buffer_size_below_minimum_rejected():
+    for size in (15, 1, 0, -1):
+        with pytest.raises(ValueError, match="buffer_size must be at least 16"):
+            StreamDecoder(Protocol.SSE, buffer_size=size)
+    StreamDecoder(Protocol.SSE, buffer_size=16)  # the minimum itself is fine
+
+
+def test_records_below_one_rejected():
+    for records in (0, -5):
+        with pytest.raises(ValueError, match="records must be at least 1"):
+            StreamDecoder(Protocol.OPENAI_CHAT, records=records)
+    StreamDecoder(Protocol.OPENAI_CHAT, records=1)
+
+
+def test_unknown_protocol_rejected():
+    with pytest.raises(ValueError):
+        StreamDecoder(7)
+    with pytest.raises(ValueError):
+        StreamDecoder(-1)
+
+
+def test_protocol_given_as_int():
+    dec = StreamDecoder(0)
+    assert dec.protocol is Protocol.SSE
+    assert dec.feed(b"data: x\n\n") == [SSEEvent("", b"x", None)]
+
+
+def test_default_buffer_size_bounds_events():
+    assert DEFAULT_BUFFER_SIZE == 64 * 1024
+    body = b"data: " + b"x" * DEFAULT_BUFFER_SIZE + b"\n\n"
+    assert StreamDecoder(Protocol.SSE).feed(body) == [SSEEvent("", b"x" * DEFAULT_BUFFER_SIZE, None)]
+    body = b"data: " + b"x" * (DEFAULT_BUFFER_SIZE + 1) + b"\n\n"
+    assert StreamDecoder(Protocol.SSE).feed(body) == \
+        [FramingError(FramingErrorCode.EVENT_TOO_LARGE, DEFAULT_BUFFER_SIZE + 1)]
+
+
+def test_feed_accepts_bytes_like():
+    dec = StreamDecoder(Protocol.SSE)
+    assert dec.feed(bytearray(b"data: a\n")) == []
+    assert dec.feed(memoryview(b"\ndata: b\n\n")) == [SSEEvent("", b"a", None),
+                                                       SSEEvent("", b"b", None)]
+
+
+def test_retry_property():
+    dec = StreamDecoder(Protocol.SSE)
+    assert dec.retry is None
+    dec.feed(b"retry: 2500\n")
+    assert dec.retry == 2500
+    dec.feed(b"retry: x\n")
+    assert dec.retry == 2500
+
+
+# ---------------------------------------------------------------------------
+# life cycle
+# ---------------------------------------------------------------------------
+
+def test_feed_after_close_raises():
+    dec = StreamDecoder(Protocol.OPENAI_CHAT)
+    dec.feed(b"data: [DONE]\n\n")
+    dec.close()
+    with pytest.raises(StreamClosedError, match="after close"):
+        dec.feed(b"data: [DONE]\n\n")
+    with pytest.raises(StreamClosedError):
+        dec.feed(b"")
+    assert issubclass(StreamClosedError, RuntimeError)
+
+
+def test_close_twice_returns_empty():
+    dec = StreamDecoder(Protocol.SSE)
+    dec.feed(b"data: cut")
+    assert dec.close() == [Truncated(True, True, False, 3)]
+    assert dec.close() == []
+    assert dec.close() == []
+
+
+def test_close_of_a_clean_stream_returns_empty():
+    dec = StreamDecoder(Protocol.OPENAI_CHAT)
+    assert dec.feed(b"data: [DONE]\n\n") == [StreamEnd("[DONE]")]
+    assert dec.close() == []
+
+
+# ---------------------------------------------------------------------------
+# output full
+# ---------------------------------------------------------------------------
+
+def _chunk(delta: dict, index: int = 0, **top) -> bytes:
+    body = {**top, "choices": [{"index": index, "delta": delta, "finish_reason": None}]}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _texts(events: list) -> dict:
+    """Concatenated text per (kind, index)."""
+    out: dict = {}
+    for e in events:
+        if isinstance(e, (TextDelta, ReasoningDelta)):
+            key = (type(e).__name__, e.index)
+            out[key] = out.get(key, "") + e.text
+    return out
+
+
+def _many_events() -> bytes:
+    # Deltas that do not coalesce with their neighbours (the choice index and
+    # the kind alternate), so every event needs a record of its own.
+    parts = []
+    for i in range(60):
+        if i % 3 == 2:
+            parts.append(_chunk({"reasoning_content": f"r{i} "}, index=i % 2))
+        else:
+            parts.append(_chunk({"content": f"t{i}-é🙂 "}, index=i % 2))
+    parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
+
+
+def test_output_full_gives_the_same_text_as_default():
+    body = _many_events()
+    default = StreamDecoder(Protocol.OPENAI_CHAT)
+    want = default.feed(body) + default.close()
+    tiny = StreamDecoder(Protocol.OPENAI_CHAT, records=1)
+    got = tiny.feed(body) + tiny.close()
+    assert _texts(got) == _texts(want)
+    assert _texts(got)[("TextDelta", 0)].startswith("t0-é🙂 t4-é🙂 ")
+    assert got[-1] == want[-1] == StreamEnd("[DONE]")
+    # one record per call: feed() went round the output-full loop
+    assert len(got) == 61
+    assert not [e for e in got if isinstance(e, FramingError)]
+
+
+def test_output_full_every_split_same_text():
+    body = _many_events()
+    want = _texts(StreamDecoder(Protocol.OPENAI_CHAT).feed(body))
+    for step in (1, 7, 100, 1000):
+        dec = StreamDecoder(Protocol.OPENAI_CHAT, records=2)
+        got: list = []
+        for i in range(0, len(body), step):
+            got += dec.feed(body[i:i + step])
+        got += dec.close()
+        assert _texts(got) == want, f"reads of {step} bytes"
+
+
+def test_event_needing_more_records_than_the_area_is_output_too_large():
+    # id and model make a Meta record besides the text: two records, and the
+    # area holds one. The event is reported by name and decoding goes on.
+    first = _chunk({"content": "lost"}, id="chatcmpl-1", model="m")
+    data_len = len(first) - len(b"data: ") - 2
+    rest = _chunk({"content": "kept"}) + b"data: [DONE]\n\n"
+    dec = StreamDecoder(Protocol.OPENAI_CHAT, records=1)
+    got = dec.feed(first + rest) + dec.close()
+    assert got == [FramingError(FramingErrorCode.OUTPUT_TOO_LARGE, data_len),
+                   TextDelta(0, "kept"), StreamEnd("[DONE]")]
+    # the same event with room enough
+    dec = StreamDecoder(Protocol.OPENAI_CHAT, records=2)
+    assert dec.feed(first + rest) == [Meta("chatcmpl-1", "m"), TextDelta(0, "lostkept"),
+                                      StreamEnd("[DONE]")]
+
+
+def test_output_too_large_in_its_own_read_and_split():
+    first = _chunk({"content": "a"}, id="x", model="m")
+    rest = _chunk({"content": "b"}, index=1)
+    body = first + rest
+    for i in range(1, len(body)):
+        dec = StreamDecoder(Protocol.OPENAI_CHAT, records=1)
+        got = dec.feed(body[:i]) + dec.feed(body[i:]) + dec.close()
+        assert got == [FramingError(FramingErrorCode.OUTPUT_TOO_LARGE, len(first) - 8),
+                       TextDelta(1, "b")], f"split at {i}"
+
+
+def test_sse_event_with_a_warning_needs_two_records():
+    # Protocol.SSE: an invalid UTF-8 event name costs the event and a warning
+    dec = StreamDecoder(Protocol.SSE, records=1)
+    got = dec.feed(b"event: \xff\ndata: abc\n\ndata: ok\n\n")
+    assert got == [FramingError(FramingErrorCode.OUTPUT_TOO_LARGE, 3), SSEEvent("", b"ok", None)]
