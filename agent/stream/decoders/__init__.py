@@ -1,5 +1,7 @@
 """Provider decoders: a response body in, common events and the final Message out."""
 
+from agent.stream.decoders.anthropic import AnthropicDecoder
 from agent.stream.decoders.openai_chat import OpenAIChatDecoder
+from agent.stream.decoders.openai_responses import OpenAIResponsesDecoder
 
-__all__ = ["OpenAIChatDecoder"]
+__all__ = ["AnthropicDecoder", "OpenAIChatDecoder", "OpenAIResponsesDecoder"]

@@ -11,6 +11,8 @@ agent.stream.events, while building the final Message.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
 from agent.stream.events import (
     DecodeWarning,
@@ -85,22 +87,21 @@ class CallBuilder:
         return self.done
 
     def build(self) -> ToolCall:
-        return self.done if self.done is not None else self.finish(truncated=True)
+        """The finished call, or a snapshot of one still arriving (complete
+        False, no error yet): reading a message mid-stream changes nothing."""
+        if self.done is not None:
+            return self.done
+        return ToolCall(self.id, self.name, "".join(self.pieces), item_id=self.item_id)
 
 
+@dataclass(slots=True)
 class OtherPart:
     """An output item or block of a type we do not know, carried through."""
-    __slots__ = ("type", "raw")
-
-    def __init__(self, type: str | None, raw: bytes | None) -> None:
-        self.type = type
-        self.raw = raw
+    type: str | None
+    raw: bytes | None
 
     def build(self) -> "OtherPart":
         return self
-
-    def __repr__(self) -> str:
-        return f"OtherPart(type={self.type!r}, raw={self.raw!r})"
 
 
 class ProviderDecoder:
