@@ -1,6 +1,6 @@
 """`homeagent demo`: decode a built-in Chat Completions stream, as it would
 arrive from a server, in reads cut at random places (inside UTF-8 characters
-and CRLF pairs too), and print what the stream core makes of it.
+and CRLF pairs too), and print the message the decoder builds.
 
 It is the main job until the daemon lands: it needs no network and no key.
 """
@@ -11,8 +11,11 @@ import json
 import random
 import sys
 
-from agent.stream import Protocol, StreamDecoder
 from agent.stream import events as ev
+from agent.stream.decoders import OpenAIChatDecoder
+
+_PROBLEMS = (ev.DecodeWarning, ev.FramingError, ev.Truncated, ev.ProviderError,
+             ev.StreamIncomplete, ev.UnknownField)
 
 _ANSWER = [
     "The living room is 21.5 °C. ",
@@ -55,7 +58,7 @@ def sample_stream() -> bytes:
 def run(seed: int = 7, out=sys.stdout) -> int:
     body = sample_stream()
     rng = random.Random(seed)
-    decoder = StreamDecoder(Protocol.OPENAI_CHAT)
+    decoder = OpenAIChatDecoder()
     reads, pos, produced = 0, 0, []
     while pos < len(body):
         size = rng.randint(1, 64)
@@ -64,26 +67,15 @@ def run(seed: int = 7, out=sys.stdout) -> int:
         reads += 1
     produced += decoder.close()
 
-    text, reasoning, args, names, problems = [], [], {}, {}, []
-    for event in produced:
-        if isinstance(event, ev.TextDelta):
-            text.append(event.text)
-        elif isinstance(event, ev.ReasoningDelta):
-            reasoning.append(event.text)
-        elif isinstance(event, ev.ToolCallStart):
-            names[event.tool_index] = event.name
-        elif isinstance(event, ev.ToolArgsDelta):
-            args[event.tool_index] = args.get(event.tool_index, "") + event.text
-        elif isinstance(event, (ev.DecodeWarning, ev.FramingError, ev.Truncated, ev.ProviderError)):
-            problems.append(event)
+    message = decoder.message
+    problems = [e for e in produced if isinstance(e, _PROBLEMS)]
     print(f"decoded {len(body)} bytes in {reads} reads of 1-64 bytes", file=out)
-    print(f"reasoning: {''.join(reasoning)}", file=out)
-    for index, name in names.items():
-        print(f"tool call {index}: {name}({args.get(index, '')})", file=out)
-    print(f"answer:    {''.join(text)}", file=out)
-    for event in produced:
-        if isinstance(event, (ev.Finish, ev.Usage, ev.StreamEnd)):
-            print(f"           {event}", file=out)
+    print(f"reasoning: {message.reasoning}", file=out)
+    for index, call in enumerate(message.tool_calls):
+        print(f"tool call {index}: {call.name}({call.arguments}) -> parsed {call.parsed}", file=out)
+    print(f"answer:    {message.text}", file=out)
+    print(f"finish:    {message.finish_reason.value} (raw {message.raw_finish_reason!r})", file=out)
+    print(f"usage:     {message.usage}", file=out)
     for problem in problems:
         print(f"problem:   {problem}", file=out)
     return 1 if problems else 0

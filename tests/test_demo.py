@@ -19,7 +19,9 @@ def test_demo_command_prints_the_decoded_answer():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert f"answer:    {EXPECTED_ANSWER}" in result.stdout
-    assert 'tool call 0: read_sensor({"room": "living room"})' in result.stdout
+    assert ('tool call 0: read_sensor({"room": "living room"}) -> parsed {\'room\': \'living room\'}'
+            in result.stdout)
+    assert "finish:    stop (raw 'stop')" in result.stdout
     assert "problem" not in result.stdout
 
 
