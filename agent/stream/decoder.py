@@ -9,6 +9,8 @@ record's strings are slices of it (a whole-string slice is the str itself).
 
 from __future__ import annotations
 
+import struct
+
 from agent.stream._binding import ffi, lib
 from agent.stream.events import (
     BlockStart,
@@ -43,6 +45,10 @@ DEFAULT_RECORDS = 512
 
 _W = lib.HA_REC_WORDS
 _HDR = lib.HA_REC_HEADER
+_HEADER = struct.Struct(f"={_HDR}q")  # events, text bytes, bytes used, full
+_RECORD = struct.Struct(f"={_W}q")
+_HDR_BYTES = _HEADER.size
+_REC_BYTES = _RECORD.size
 _TEXT = lib.HA_REC_TEXT
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
@@ -67,7 +73,7 @@ class StreamDecoder:
     Memory is allocated here, once; feeding allocates nothing in C.
     """
 
-    __slots__ = ("protocol", "_st", "_areas", "_recs", "_text", "_raw",
+    __slots__ = ("protocol", "_st", "_areas", "_recs", "_recs_view", "_text", "_raw",
                  "_feed", "_closed")
 
     def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
@@ -88,8 +94,9 @@ class StreamDecoder:
             raise ValueError("stream core rejected the buffer sizes")
         self._st = st
         self._areas = (sse_buf, recs, text, raw)  # owned here, used by C
-        self._recs = memoryview(ffi.buffer(recs)).cast("q")
-        self._text = memoryview(ffi.buffer(text))
+        self._recs = ffi.buffer(recs)
+        self._recs_view = memoryview(self._recs)
+        self._text = ffi.buffer(text)
         self._raw = memoryview(ffi.buffer(raw))
         self._feed = lib.ha_stream_feed
         self._closed = False
@@ -104,17 +111,17 @@ class StreamDecoder:
         """Decode one network read of any size, split anywhere."""
         if self._closed:
             raise StreamClosedError("feed() after close()")
-        if not isinstance(data, bytes):
+        if type(data) is not bytes:
             data = bytes(data)
         out: list = []
         n = self._feed(self._st, data, len(data))
         while True:
-            words = self._recs[:_HDR + n * _W].tolist()
+            _, text_len, used, full = _HEADER.unpack_from(self._recs)
             if n:
-                self._unpack(words, n, out)
-            if not words[3]:
+                self._unpack(n, text_len, out)
+            if not full:
                 return out
-            data = data[words[2]:]
+            data = data[used:]
             n = self._feed(self._st, data, len(data))
 
     def close(self) -> list:
@@ -124,37 +131,33 @@ class StreamDecoder:
         self._closed = True
         out: list = []
         n = lib.ha_stream_close(self._st)
-        words = self._recs[:_HDR + n * _W].tolist()
         if n:
-            self._unpack(words, n, out)
+            self._unpack(n, _HEADER.unpack_from(self._recs)[1], out)
         return out
 
-    def _unpack(self, w: list, n: int, out: list) -> None:
-        text = str(self._text[:w[1]], "utf-8") if w[1] else ""
+    def _unpack(self, n: int, text_len: int, out: list) -> None:
+        # bytes.decode of a buffer slice is the cheapest way to one str here
+        text = self._text[0:text_len].decode("utf-8") if text_len else ""
         append = out.append
-        for i in range(_HDR, _HDR + n * _W, _W):
-            kind = w[i]
+        for w in _RECORD.iter_unpack(self._recs_view[_HDR_BYTES:_HDR_BYTES + n * _REC_BYTES]):
+            kind, index, sub, _, a, b, c, d = w[:8]
             # The common kinds first, inline: this loop is the Python hot path.
             if kind == _TEXT:
-                append(TextDelta(w[i + 1], text[w[i + 4]:w[i + 5]],
-                                 None if w[i + 2] < 0 else w[i + 2],
-                                 None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+                append(TextDelta(index, text[a:b], None if sub < 0 else sub,
+                                 None if c < 0 else text[c:d]))
             elif kind == _TOOL_ARGS:
-                append(ToolArgsDelta(w[i + 1], None if w[i + 2] < 0 else w[i + 2],
-                                     text[w[i + 4]:w[i + 5]],
-                                     None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+                append(ToolArgsDelta(index, None if sub < 0 else sub, text[a:b],
+                                     None if c < 0 else text[c:d]))
             elif kind == _REASONING:
-                append(ReasoningDelta(w[i + 1], text[w[i + 4]:w[i + 5]],
-                                      None if w[i + 2] < 0 else w[i + 2],
-                                      None if w[i + 6] < 0 else text[w[i + 6]:w[i + 7]]))
+                append(ReasoningDelta(index, text[a:b], None if sub < 0 else sub,
+                                      None if c < 0 else text[c:d]))
             elif kind == _SSE_EVENT:
-                append(SSEEvent(text[w[i + 4]:w[i + 5]],
-                                bytes(self._raw[w[i + 10]:w[i + 11]]),
-                                text[w[i + 6]:w[i + 7]] if w[i + 3] else None))
+                append(SSEEvent(text[a:b], bytes(self._raw[w[10]:w[11]]),
+                                text[c:d] if w[3] else None))
             else:
-                append(self._rare(kind, w, i, text))
+                append(self._rare(kind, w, 0, text))
 
-    def _rare(self, kind: int, w: list, i: int, text: str):
+    def _rare(self, kind: int, w: tuple, i: int, text: str):
         def s(k: int) -> str | None:
             return None if w[i + k] < 0 else text[w[i + k]:w[i + k + 1]]
 
