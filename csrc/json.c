@@ -37,6 +37,9 @@
 #endif
 
 #define U8_REPLACEMENT_LEN 3u
+/* Set by scan_string on any escape, so that the parser knows a key held
+ * one without searching it again; never returned. */
+#define FLAG_ESCAPE_SEEN 0x100u
 
 static const uint8_t u8_replacement[U8_REPLACEMENT_LEN] = {0xEF, 0xBF, 0xBD};
 
@@ -411,6 +414,7 @@ HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsign
         if (c == '\\') {
             int32_t cp;
             size_t err = len;
+            *fl |= FLAG_ESCAPE_SEEN;
             if (p + 1 >= len)
                 break;
             if (d[p + 1] != 'u') {
@@ -566,7 +570,8 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
     unsigned depth = 0;
     int in_obj = 0;
     unsigned fl = 0;
-    size_t p, start, start_key;
+    size_t p, start;
+    unsigned esc;
     ha_json_status st = HA_JSON_ERR_SYNTAX;
 
     if (max_depth == 0)
@@ -676,14 +681,17 @@ key: /* p: where a member's key must start, whitespace skipped */
         goto fail;
     if (tape)
         ti = tape_open(&tw, p);
-    start_key = ++p;
+    p++;
+    esc = fl & FLAG_ESCAPE_SEEN;
+    fl &= ~FLAG_ESCAPE_SEEN;
     st = scan_string(doc, len, &p, &fl);
     if (st != HA_JSON_OK)
         goto fail;
     if (tape)
         tape_close(&tw, ti, p, ti + 1);
-    if (!(fl & HA_JSON_FLAG_KEY_ESCAPE) && memchr(doc + start_key, '\\', p - start_key))
+    if (fl & FLAG_ESCAPE_SEEN) /* this key's own escape */
         fl |= HA_JSON_FLAG_KEY_ESCAPE;
+    fl |= esc;
     p = skip_ws(doc, p, len);
     if (p >= len || doc[p] != ':')
         goto fail;
@@ -704,7 +712,7 @@ done: {
             root->tape = tape && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
-            *flags = fl;
+            *flags = fl & ~FLAG_ESCAPE_SEEN;
         if (tape)
             tape->n = tw.n;
         return HA_JSON_OK;
@@ -716,7 +724,7 @@ fail:
     if (err_offset)
         *err_offset = p;
     if (flags)
-        *flags = fl;
+        *flags = fl & ~FLAG_ESCAPE_SEEN;
     /* Every syntax path jumps here with st still OK from its last success
      * or SYNTAX from a scanner: only EMPTY/DEPTH/TRAILING are explicit. */
     return st == HA_JSON_OK ? HA_JSON_ERR_SYNTAX : st;
