@@ -28,6 +28,12 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.run(seed=args.seed)
 
 
+def _mock_llm(args: argparse.Namespace) -> int:
+    from agent.mock_llm import server
+
+    return server.main(args.host, args.port, args.require_key)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="homeagent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -41,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     decode.add_argument("--protocol", choices=sorted(_PROTOCOLS), default="openai-chat")
     decode.add_argument("--read-size", type=int, default=4096, help="bytes per read")
     decode.set_defaults(func=_decode)
+
+    mock = sub.add_parser("mock-llm", help="serve scripted model answers on loopback, for tests")
+    mock.add_argument("--host", default="127.0.0.1")
+    mock.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    mock.add_argument("--require-key", metavar="KEY",
+                      help="answer 401 unless requests carry this API key")
+    mock.set_defaults(func=_mock_llm)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,0 +1,175 @@
+"""The mock server's decisions, sans-IO: one request in, one `Reply` out.
+
+`MockApp` routes, checks the key, records the request, applies the faults
+asked for and renders the answer. The trio shell (server.py) only moves
+bytes: it sends `Reply.parts` and then does what `Reply.ending` says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+
+from agent.mock_llm import scripts, wire
+
+FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage"})
+MASKED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+REQUESTS_PATH = "/_mock/requests"
+
+# Not an event stream: an HTML error page from some proxy, a NUL and bytes
+# that are not UTF-8, so a decoder meets unknown fields and bad data.
+GARBAGE = (b"<html>\n<head><title>502 Bad Gateway</title></head>\n"
+           b"<body>upstream went away</body>\n</html>\n\n"
+           b"\x00\xff\xfe binary \x80\x81\n\n{not json}\n\n")
+
+
+class Ending(Enum):
+    COMPLETE = "complete"  # end the message; the connection stays open for the next one
+    DROP = "drop"          # close the connection where the parts stop
+    STALL = "stall"        # send nothing more; hold the connection until the client closes it
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    parts: list[bytes]
+    streaming: bool = False        # chunked transfer; otherwise headers carry content-length
+    ending: Ending = Ending.COMPLETE
+    delay: float = 0.0             # seconds to sleep before each part but the first
+
+
+@dataclass
+class MockApp:
+    require_key: str | None = None
+    requests: list[dict] = field(default_factory=list)
+    _failed_once: set = field(default_factory=set)
+
+    def handle(self, connection: int, method: str, target: str,
+               headers: list[tuple[str, str]], body: bytes) -> Reply:
+        path = target.split("?", 1)[0]
+        if path == REQUESTS_PATH:
+            return self._requests(method)
+        self.requests.append(_record(connection, method, path, headers, body))
+        fmt = wire.FORMATS.get(path)
+        if fmt is None:
+            return _json_reply(404, wire.ChatCompletions.error_body(404, f"no route {path}"))
+        if method != "POST":
+            return _json_reply(405, fmt.error_body(405, f"{method} is not allowed on {path}"))
+        names = dict(headers)
+        if not self._key_ok(fmt, names):
+            return _json_reply(401, fmt.error_body(401, "invalid API key (mock)"))
+        faults = {f.strip() for f in names.get("x-mock-fault", "").split(",") if f.strip()}
+        if faults - FAULTS:
+            unknown = ", ".join(sorted(faults - FAULTS))
+            return _json_reply(400, fmt.error_body(400, f"unknown x-mock-fault: {unknown}"))
+        try:
+            request = json.loads(body)
+        except (UnicodeDecodeError, ValueError):
+            request = None
+        if not isinstance(request, dict):
+            return _json_reply(400, fmt.error_body(400, "the body is not a JSON object"))
+
+        if "429" in faults:
+            return _json_reply(429, fmt.error_body(429, "rate limit reached (mock)"),
+                               [("retry-after", "1")])
+        if "500-once" in faults:
+            key = (path, names.get("x-mock-fault-key", ""))
+            if key not in self._failed_once:
+                self._failed_once.add(key)
+                return _json_reply(500, fmt.error_body(500, "internal server error (mock)"))
+        if "garbage" in faults:
+            return Reply(200, [("content-type", "text/event-stream")], [GARBAGE], streaming=True)
+
+        streaming = request.get("stream") is True
+        answer = scripts.choose_answer(fmt.conversation(request))
+        turn = _turn(request, body, names)
+        if streaming:
+            parts = fmt.stream(answer, turn)
+            headers_out = [("content-type", "text/event-stream; charset=utf-8"),
+                           ("cache-control", "no-cache")]
+        else:
+            parts = [_dumps(fmt.complete(answer, turn))]
+            headers_out = [("content-type", "application/json"),
+                           ("content-length", str(len(parts[0])))]
+        reply = Reply(200, headers_out, parts, streaming=streaming,
+                      delay=_delay(names.get("x-mock-delay-ms")))
+        _apply_cut(reply, faults, fmt, turn)
+        return reply
+
+    def _key_ok(self, fmt, headers: dict) -> bool:
+        if self.require_key is None:
+            return True
+        sent = headers.get(fmt.key_header, "")
+        expected = self.require_key if fmt.key_header == "x-api-key" else f"Bearer {self.require_key}"
+        return hmac.compare_digest(sent.encode(), expected.encode())
+
+    def _requests(self, method: str) -> Reply:
+        if method == "GET":
+            return _json_reply(200, self.requests)
+        if method == "DELETE":
+            cleared, self.requests = len(self.requests), []
+            return _json_reply(200, {"cleared": cleared})
+        return _json_reply(405, {"error": {"message": f"{method} is not allowed"}})
+
+
+def _apply_cut(reply: Reply, faults: set, fmt, turn: wire.Turn) -> None:
+    """Stop the body half-way for drop, stall and error-event."""
+    middle = len(reply.parts) // 2
+    if "drop" in faults:
+        # Cut inside a part, so the client is left with half an event too.
+        cut = reply.parts[middle]
+        reply.parts = reply.parts[:middle] + [cut[:len(cut) // 2]]
+        reply.ending = Ending.DROP
+    elif "stall" in faults:
+        # A one-part (non-stream) body stalls half-way through its bytes.
+        reply.parts = reply.parts[:middle] or [reply.parts[0][:len(reply.parts[0]) // 2]]
+        reply.ending = Ending.STALL
+    elif "error-event" in faults and reply.streaming:
+        reply.parts = reply.parts[:middle] + [
+            fmt.error_event("the model is overloaded (mock)", turn, middle)]
+
+
+def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:
+    model = request.get("model")
+    options = request.get("stream_options")
+    return wire.Turn(
+        model=model if isinstance(model, str) else "mock-model",
+        seed=hashlib.sha256(body).hexdigest()[:12],
+        input_tokens=max(1, len(body) // 4),
+        eol="\r\n" if headers.get("x-mock-line-ends", "").lower() == "crlf" else "\n",
+        include_usage=isinstance(options, dict) and options.get("include_usage") is True)
+
+
+def _delay(value: str | None) -> float:
+    try:
+        return max(0.0, float(value)) / 1000 if value else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _record(connection: int, method: str, path: str, headers: list[tuple[str, str]],
+            body: bytes) -> dict:
+    shown: dict[str, str] = {}
+    for name, value in headers:
+        value = "***" if name in MASKED_HEADERS else value
+        shown[name] = f"{shown[name]}, {value}" if name in shown else value
+    try:
+        parsed = json.loads(body) if body else None
+    except (UnicodeDecodeError, ValueError):
+        parsed = body.decode("utf-8", "replace")
+    return {"connection": connection, "method": method, "path": path,
+            "headers": shown, "body": parsed}
+
+
+def _dumps(value) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+def _json_reply(status: int, value, headers: list[tuple[str, str]] = ()) -> Reply:
+    body = _dumps(value)
+    return Reply(status, [("content-type", "application/json"),
+                          ("content-length", str(len(body))), *headers], [body])

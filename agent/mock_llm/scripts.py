@@ -1,0 +1,91 @@
+"""The scripted answers: which answer a conversation gets.
+
+Pure functions of the request, so the same request always gets the same
+answer. The wire formats only differ in where they keep the messages and
+the tools; `Conversation` is what is left once that is read
+(agent/mock_llm/wire.py reads it), and `choose_answer` decides from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ENGLISH = "The living room is 21.5 °C and the humidity is 40 %. Anything else?"
+CHINESE = "客厅现在是二十一度半，湿度百分之四十。还需要什么吗？"
+GERMAN = "Im Wohnzimmer sind es 21,5 °C. Die Tür ist zu, die Lüftung läuft – schöne Grüße!"
+# A skin-tone modifier, a ZWJ family and a flag: deltas of a few code points
+# cut these grapheme clusters, as real streams do.
+EMOJI = "Lights off 💡➡️🌙, door locked 🔒, plants watered 🪴💧. Good night 👋🏽 from 👨‍👩‍👧 in 🇩🇪!"
+REASONING = ("The user asks why the heating is on. The thermostat schedule keeps "
+             "the living room at 21 °C from 06:00 to 22:00, and it is daytime.")
+REASONED = "The heating is on because the schedule keeps the living room at 21 °C from 06:00 to 22:00."
+NO_SWITCH_TOOL = "I cannot switch anything: no switching tool was offered."
+
+_SWITCH_WORDS = re.compile(r"\bswitch|\bturn (on|off)\b|schalte|打开|关闭|开灯|关灯")
+_OFF_WORDS = re.compile(r"\boff\b|\baus\b|ausschalten|关")
+_REASON_WORDS = re.compile(r"\bwhy\b|\bthink|\breason|\bwarum\b|为什么")
+_CJK = re.compile(r"[\u3400-\u9fff]")
+_GERMAN = re.compile(r"[äöüß]|\bdeutsch|\bgerman")
+# A tool whose name holds one of these can switch something.
+_SWITCH_TOOL_WORDS = ("relay", "switch", "light", "power", "set_")
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """What decides the answer: the last user text, the tool result when the
+    last message is one, and the names of the tools offered, in order."""
+    user_text: str
+    tool_result: str | None
+    tool_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    name: str
+    arguments: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str
+    reasoning: str = ""
+    tool_use: ToolUse | None = None
+
+
+def confirmation(tool_result: str) -> str:
+    return f"Done. The device reported: {tool_result.strip()[:200]}"
+
+
+def choose_answer(conversation: Conversation) -> Answer:
+    if conversation.tool_result is not None:
+        return Answer(confirmation(conversation.tool_result))
+    text = conversation.user_text.lower()
+    if _SWITCH_WORDS.search(text):
+        return _switch(text, conversation.tool_names)
+    if _REASON_WORDS.search(text):
+        return Answer(REASONED, reasoning=REASONING)
+    if _CJK.search(text) or "chinese" in text:
+        return Answer(CHINESE)
+    if _GERMAN.search(text):
+        return Answer(GERMAN)
+    if "emoji" in text:
+        return Answer(EMOJI)
+    return Answer(ENGLISH)
+
+
+def _switch(text: str, tool_names: tuple[str, ...]) -> Answer:
+    name = _switch_tool(tool_names)
+    if name is None:
+        return Answer(NO_SWITCH_TOOL)
+    on = not _OFF_WORDS.search(text)
+    number = re.search(r"\d+", text)
+    channel = int(number.group()) if number else 1
+    arguments = {"channel": channel, "on": on} if "relay" in name.lower() else {"on": on}
+    state = "on" if on else "off"
+    return Answer(f"Switching channel {channel} {state}.", tool_use=ToolUse(name, arguments))
+
+
+def _switch_tool(tool_names: tuple[str, ...]) -> str | None:
+    return next((name for name in tool_names
+                 if any(word in name.lower() for word in _SWITCH_TOOL_WORDS)), None)

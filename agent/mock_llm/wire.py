@@ -1,0 +1,333 @@
+"""The three wire formats, sans-IO: a request body in, a Conversation out;
+an Answer in, the SSE events (a list of byte strings, one per event) or
+the non-stream JSON out; and each provider's error shapes.
+
+Everything is a pure function of its arguments: ids come from a hash of
+the request body, `created` is fixed, so the same request gives the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from agent.mock_llm.scripts import Answer, Conversation
+
+DELTA_CHARS = 4       # characters per text or reasoning delta: many events per answer
+ARGUMENT_CHARS = 5    # characters per tool-argument piece
+CREATED = 1764400000  # fixed, for byte-identical answers
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What an answer's bytes depend on besides the Answer itself."""
+    model: str
+    seed: str             # from the request body's hash: ids
+    input_tokens: int
+    eol: str = "\n"
+    include_usage: bool = False  # Chat Completions: stream_options.include_usage
+
+
+def pieces(text: str, size: int = DELTA_CHARS) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def sse(data: dict | str, eol: str, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else _json(data)
+    lines = ([f"event: {event}"] if event else []) + [f"data: {payload}"]
+    return (eol.join(lines) + eol + eol).encode()
+
+
+def _json(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_json(answer: Answer) -> str:
+    return json.dumps(answer.tool_use.arguments) if answer.tool_use else ""
+
+
+def _output_tokens(answer: Answer) -> int:
+    return (len(pieces(answer.text)) + len(pieces(answer.reasoning))
+            + len(pieces(arguments_json(answer), ARGUMENT_CHARS)))
+
+
+def _text(content) -> str:
+    """Message content as text: a string, or the text of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content
+                       if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def _last_user_text(messages: list) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text(message.get("content"))
+    return ""
+
+
+def _names(tools, name_of) -> tuple[str, ...]:
+    if not isinstance(tools, list):
+        return ()
+    names = (name_of(tool) for tool in tools if isinstance(tool, dict))
+    return tuple(name for name in names if isinstance(name, str))
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _openai_error(status: int, message: str) -> dict:
+    kind, code = {
+        401: ("invalid_request_error", "invalid_api_key"),
+        404: ("invalid_request_error", "unknown_url"),
+        429: ("rate_limit_error", "rate_limit_exceeded"),
+    }.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+class ChatCompletions:
+    path = "/v1/chat/completions"
+    key_header = "authorization"
+
+    @staticmethod
+    def conversation(body: dict) -> Conversation:
+        messages = _list(body.get("messages"))
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        result = _text(last.get("content")) if last.get("role") == "tool" else None
+        tools = _names(body.get("tools"), lambda t: (t.get("function") or {}).get("name"))
+        return Conversation(_last_user_text(messages), result, tools)
+
+    @staticmethod
+    def stream(answer: Answer, turn: Turn) -> list[bytes]:
+        head = {"id": f"chatcmpl-mock-{turn.seed}", "object": "chat.completion.chunk",
+                "created": CREATED, "model": turn.model}
+
+        def chunk(delta: dict, finish: str | None = None) -> bytes:
+            return sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                             "finish_reason": finish}]}, turn.eol)
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"reasoning_content": p}) for p in pieces(answer.reasoning)]
+        events += [chunk({"content": p}) for p in pieces(answer.text)]
+        if answer.tool_use:
+            # The head (id, type, name) comes first, the arguments in pieces after it.
+            events.append(chunk({"tool_calls": [{
+                "index": 0, "id": f"call_mock_{turn.seed}", "type": "function",
+                "function": {"name": answer.tool_use.name, "arguments": ""}}]}))
+            events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})
+                       for p in pieces(arguments_json(answer), ARGUMENT_CHARS)]
+        events.append(chunk({}, "tool_calls" if answer.tool_use else "stop"))
+        if turn.include_usage:
+            events.append(sse({**head, "choices": [], "usage": ChatCompletions._usage(answer, turn)},
+                              turn.eol))
+        events.append(sse("[DONE]", turn.eol))
+        return events
+
+    @staticmethod
+    def complete(answer: Answer, turn: Turn) -> dict:
+        message: dict = {"role": "assistant", "content": answer.text or None}
+        if answer.reasoning:
+            message["reasoning_content"] = answer.reasoning
+        if answer.tool_use:
+            message["tool_calls"] = [{"id": f"call_mock_{turn.seed}", "type": "function",
+                                      "function": {"name": answer.tool_use.name,
+                                                   "arguments": arguments_json(answer)}}]
+        return {"id": f"chatcmpl-mock-{turn.seed}", "object": "chat.completion",
+                "created": CREATED, "model": turn.model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": "tool_calls" if answer.tool_use else "stop"}],
+                "usage": ChatCompletions._usage(answer, turn)}
+
+    @staticmethod
+    def _usage(answer: Answer, turn: Turn) -> dict:
+        out = _output_tokens(answer)
+        return {"prompt_tokens": turn.input_tokens, "completion_tokens": out,
+                "total_tokens": turn.input_tokens + out}
+
+    error_body = staticmethod(_openai_error)
+
+    @staticmethod
+    def error_event(message: str, turn: Turn, sequence: int) -> bytes:
+        return sse(_openai_error(500, message), turn.eol)
+
+
+class AnthropicMessages:
+    path = "/v1/messages"
+    key_header = "x-api-key"
+
+    @staticmethod
+    def conversation(body: dict) -> Conversation:
+        messages = _list(body.get("messages"))
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        results = [block for block in _list(last.get("content"))
+                   if isinstance(block, dict) and block.get("type") == "tool_result"]
+        result = _text(results[-1].get("content")) if results else None
+        return Conversation(_last_user_text(messages), result,
+                            _names(body.get("tools"), lambda t: t.get("name")))
+
+    @staticmethod
+    def _blocks(answer: Answer, turn: Turn) -> list[dict]:
+        """The content blocks of the complete answer, in stream order."""
+        blocks = []
+        if answer.reasoning:
+            blocks.append({"type": "thinking", "thinking": answer.reasoning,
+                           "signature": f"mock-signature-{turn.seed}"})
+        if answer.text:
+            blocks.append({"type": "text", "text": answer.text})
+        if answer.tool_use:
+            blocks.append({"type": "tool_use", "id": f"toolu_mock_{turn.seed}",
+                           "name": answer.tool_use.name, "input": answer.tool_use.arguments})
+        return blocks
+
+    @staticmethod
+    def stream(answer: Answer, turn: Turn) -> list[bytes]:
+        def event(data: dict) -> bytes:
+            return sse(data, turn.eol, event=data["type"])
+
+        events = [event({"type": "message_start", "message": {
+            "id": f"msg_mock_{turn.seed}", "type": "message", "role": "assistant",
+            "model": turn.model, "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1}}}),
+            event({"type": "ping"})]
+        for index, block in enumerate(AnthropicMessages._blocks(answer, turn)):
+            if block["type"] == "thinking":
+                start = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
+                deltas.append({"type": "signature_delta", "signature": block["signature"]})
+            elif block["type"] == "text":
+                start = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+            else:
+                start = {**block, "input": {}}
+                deltas = [{"type": "input_json_delta", "partial_json": p}
+                          for p in pieces(arguments_json(answer), ARGUMENT_CHARS)]
+            events.append(event({"type": "content_block_start", "index": index,
+                                 "content_block": start}))
+            events += [event({"type": "content_block_delta", "index": index, "delta": d})
+                       for d in deltas]
+            events.append(event({"type": "content_block_stop", "index": index}))
+        events.append(event({"type": "message_delta",
+                             "delta": {"stop_reason": AnthropicMessages._stop(answer),
+                                       "stop_sequence": None},
+                             "usage": {"output_tokens": _output_tokens(answer)}}))
+        events.append(event({"type": "message_stop"}))
+        return events
+
+    @staticmethod
+    def complete(answer: Answer, turn: Turn) -> dict:
+        return {"id": f"msg_mock_{turn.seed}", "type": "message", "role": "assistant",
+                "model": turn.model, "content": AnthropicMessages._blocks(answer, turn),
+                "stop_reason": AnthropicMessages._stop(answer), "stop_sequence": None,
+                "usage": {"input_tokens": turn.input_tokens,
+                          "output_tokens": _output_tokens(answer)}}
+
+    @staticmethod
+    def _stop(answer: Answer) -> str:
+        return "tool_use" if answer.tool_use else "end_turn"
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict:
+        kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                429: "rate_limit_error"}.get(
+            status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    @staticmethod
+    def error_event(message: str, turn: Turn, sequence: int) -> bytes:
+        return sse({"type": "error", "error": {"type": "overloaded_error", "message": message}},
+                   turn.eol, event="error")
+
+
+class Responses:
+    path = "/v1/responses"
+    key_header = "authorization"
+
+    @staticmethod
+    def conversation(body: dict) -> Conversation:
+        items = body.get("input")
+        if isinstance(items, str):
+            return Conversation(items, None, ())
+        items = _list(items)
+        last = items[-1] if items and isinstance(items[-1], dict) else {}
+        result = None
+        if last.get("type") == "function_call_output":
+            output = last.get("output")
+            result = output if isinstance(output, str) else _json(output)
+        return Conversation(_last_user_text(items), result,
+                            _names(body.get("tools"), lambda t: t.get("name")))
+
+    @staticmethod
+    def _items(answer: Answer, turn: Turn) -> list[dict]:
+        """The output items of the complete answer, in output_index order."""
+        items = []
+        if answer.reasoning:
+            items.append({"id": f"rs_mock_{turn.seed}", "type": "reasoning",
+                          "summary": [{"type": "summary_text", "text": answer.reasoning}]})
+        if answer.text:
+            items.append({"id": f"msg_mock_{turn.seed}", "type": "message", "status": "completed",
+                          "role": "assistant",
+                          "content": [{"type": "output_text", "text": answer.text,
+                                       "annotations": []}]})
+        if answer.tool_use:
+            items.append({"id": f"fc_mock_{turn.seed}", "type": "function_call",
+                          "status": "completed", "call_id": f"call_mock_{turn.seed}",
+                          "name": answer.tool_use.name, "arguments": arguments_json(answer)})
+        return items
+
+    @staticmethod
+    def _response(answer: Answer, turn: Turn, done: bool) -> dict:
+        out = _output_tokens(answer)
+        return {"id": f"resp_mock_{turn.seed}", "object": "response", "created_at": CREATED,
+                "status": "completed" if done else "in_progress", "model": turn.model,
+                "output": Responses._items(answer, turn) if done else [],
+                "usage": {"input_tokens": turn.input_tokens,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens": out,
+                          "output_tokens_details": {"reasoning_tokens": len(pieces(answer.reasoning))},
+                          "total_tokens": turn.input_tokens + out} if done else None}
+
+    @staticmethod
+    def stream(answer: Answer, turn: Turn) -> list[bytes]:
+        events: list[dict] = [{"type": "response.created",
+                               "response": Responses._response(answer, turn, done=False)}]
+        for index, item in enumerate(Responses._items(answer, turn)):
+            where = {"item_id": item["id"], "output_index": index}
+            if item["type"] == "reasoning":
+                added = {**item, "summary": []}
+                deltas = [{"type": "response.reasoning_summary_text.delta", **where,
+                           "summary_index": 0, "delta": p} for p in pieces(answer.reasoning)]
+            elif item["type"] == "message":
+                added = {**item, "status": "in_progress", "content": []}
+                deltas = [{"type": "response.output_text.delta", **where, "content_index": 0,
+                           "delta": p} for p in pieces(answer.text)]
+            else:
+                added = {**item, "status": "in_progress", "arguments": ""}
+                deltas = [{"type": "response.function_call_arguments.delta", **where, "delta": p}
+                          for p in pieces(item["arguments"], ARGUMENT_CHARS)]
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": added})
+            events += deltas
+            events.append({"type": "response.output_item.done", "output_index": index,
+                           "item": item})
+        events.append({"type": "response.completed",
+                       "response": Responses._response(answer, turn, done=True)})
+        return [sse({**e, "sequence_number": n}, turn.eol, event=e["type"])
+                for n, e in enumerate(events)]
+
+    @staticmethod
+    def complete(answer: Answer, turn: Turn) -> dict:
+        return Responses._response(answer, turn, done=True)
+
+    error_body = staticmethod(_openai_error)
+
+    @staticmethod
+    def error_event(message: str, turn: Turn, sequence: int) -> bytes:
+        return sse({"type": "error", "code": "server_error", "message": message, "param": None,
+                    "sequence_number": sequence}, turn.eol, event="error")
+
+
+FORMATS = {f.path: f for f in (ChatCompletions, AnthropicMessages, Responses)}
