@@ -465,32 +465,23 @@ def _framer_prepare(k: int) -> list:
     return [SSEFramer() for _ in range(k)]
 
 
-def _json_run(framer: SSEFramer, reads: list[bytes]) -> list:
-    out: list = []
-    st = [None, None]
-    feed = framer.feed
-    loads = json.loads
-    for r in reads:
-        for data in feed(r):
-            if data == b"[DONE]":
-                out.append(END)
-            else:
-                walk_dict(loads(data), out, st)
-    return out
+def _dict_walk_runner(loads):
+    """A peer: the framer, `loads` into dicts, the shared dict walk."""
+    def run(framer: SSEFramer, reads: list[bytes]) -> list:
+        out: list = []
+        st = [None, None]
+        feed = framer.feed
+        for r in reads:
+            for data in feed(r):
+                if data == b"[DONE]":
+                    out.append(END)
+                else:
+                    walk_dict(loads(data), out, st)
+        return out
+    return run
 
 
-def _orjson_run(framer: SSEFramer, reads: list[bytes]) -> list:
-    out: list = []
-    st = [None, None]
-    feed = framer.feed
-    loads = orjson.loads
-    for r in reads:
-        for data in feed(r):
-            if data == b"[DONE]":
-                out.append(END)
-            else:
-                walk_dict(loads(data), out, st)
-    return out
+_json_run = _dict_walk_runner(json.loads)
 
 
 def _msgspec_run(framer: SSEFramer, reads: list[bytes]) -> list:
@@ -553,7 +544,7 @@ APPROACHES: dict[str, tuple[str, Callable, Callable]] = {
     "core": ("core StreamDecoder", _core_prepare, _core_run),
     "json": ("py framer + json", _framer_prepare, _json_run),
     "msgspec": ("py framer + msgspec Structs", _framer_prepare, _msgspec_run),
-    "orjson": ("py framer + orjson", _framer_prepare, _orjson_run),
+    "orjson": ("py framer + orjson", _framer_prepare, _dict_walk_runner(orjson.loads) if orjson else None),
     "openai": ("openai SDK Stream", _openai_prepare, _openai_run),
 }
 _AVAILABLE = {"core": True, "json": True, "msgspec": msgspec is not None,

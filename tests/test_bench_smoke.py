@@ -4,7 +4,6 @@ finish reasons and usage from the same bytes. No timing is asserted anywhere."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -13,22 +12,13 @@ from pathlib import Path
 
 import pytest
 
+import bench_module
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "stream_bench.py"
 
 
-def _load_bench():
-    name = "homeagent_stream_bench"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sb = _load_bench()
+sb = bench_module.load("stream_bench.py")
 
 from agent.stream import Protocol, StreamDecoder  # noqa: E402
 from agent.stream.events import SSEEvent  # noqa: E402

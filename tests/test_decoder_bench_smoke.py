@@ -5,7 +5,6 @@ No timing is asserted anywhere."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
@@ -14,22 +13,13 @@ from pathlib import Path
 
 import pytest
 
+import bench_module
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "decoder_bench.py"
 
 
-def _load_bench():
-    name = "homeagent_decoder_bench"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-db = _load_bench()
+db = bench_module.load("decoder_bench.py")
 
 SMALL = {"seed": 11, "text_chunks": 40, "reasoning_chunks": 8, "tool_arg_chars": 80}
 
