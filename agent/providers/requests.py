@@ -1,0 +1,270 @@
+"""Providers and their requests, sans-IO: a conversation in, the exact
+request of one wire format out.
+
+`base_url` includes the API version prefix for every protocol
+(`https://api.openai.com/v1`, `https://api.anthropic.com/v1`,
+`http://127.0.0.1:11434/v1` for Ollama); the builder appends the path.
+
+What each format can carry back of an earlier assistant turn:
+- OpenAI Chat: text and tool calls (arguments as the exact string);
+  reasoning is not sent back.
+- Anthropic: thinking blocks with their signatures (required back when the
+  turn has tool use), redacted thinking, text, tool_use with `input` the
+  parsed arguments ({} when they did not parse: Anthropic takes an object).
+- OpenAI Responses: text as an output message item and function_call items
+  (exact argument string), without item ids and without reasoning items:
+  an id'd function_call needs its reasoning item, and that item can only
+  be replayed with encrypted content the stream does not give us. This
+  stateless form works whether the server stores responses or not.
+A tool result's is_error is a field only in Anthropic's format; the others
+get the content text alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
+
+PROTOCOLS = ("openai-chat", "anthropic", "openai-responses")
+ANTHROPIC_VERSION = "2023-06-01"
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; the others do not
+
+
+@dataclass(frozen=True, repr=False)
+class Provider:
+    """One upstream model endpoint. api_key is never shown by repr."""
+    name: str
+    protocol: str
+    base_url: str
+    model: str
+    api_key: str = ""            # empty: no auth header (local servers)
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0   # between two reads of the body, not the whole answer
+    total_timeout: float = 300.0  # the whole answer, retries included
+    max_tokens: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"provider {self.name!r}: protocol must be one of "
+                             f"{', '.join(PROTOCOLS)}, not {self.protocol!r}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"provider {self.name!r}: base_url must start with "
+                             "http:// or https://")
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"provider {self.name!r}: {name} must be positive")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"provider {self.name!r}: max_tokens must be positive")
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.api_key:
+            shown["api_key"] = "***"
+        # Extra headers may carry a proxy's credentials too.
+        shown["headers"] = {name: "***" if name.lower() in SECRET_HEADERS else value
+                            for name, value in self.headers.items()}
+        return f"Provider({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool offered to the model; parameters is a JSON Schema object.
+    strict asks OpenAI for strict schema adherence (its Responses API
+    defaults to strict, which rejects ordinary schemas, so it is always sent there)."""
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantTurn:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass
+class Conversation:
+    """A system prompt and the turns: UserTurn, AssistantTurn, ToolResult."""
+    system: str | None = None
+    turns: list = field(default_factory=list)
+
+
+def build_request(provider: Provider, conversation: Conversation,
+                  tools: list[Tool] | None = None) -> tuple[str, dict[str, str], dict]:
+    """(url, headers, json body) of a streaming request in the provider's format."""
+    path, body = _BUILDERS[provider.protocol](provider, conversation, tools or [])
+    headers = {
+        "accept": "text/event-stream",
+        # The body goes to the stream core as raw bytes: no gzip.
+        "accept-encoding": "identity",
+        **_auth(provider),
+        **provider.headers,
+    }
+    return provider.base_url.rstrip("/") + path, headers, body
+
+
+def _auth(provider: Provider) -> dict[str, str]:
+    if provider.protocol == "anthropic":
+        auth = {"anthropic-version": ANTHROPIC_VERSION}
+        if provider.api_key:
+            auth["x-api-key"] = provider.api_key
+        return auth
+    return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+
+
+# ---- OpenAI Chat Completions ----
+
+def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
+    messages: list[dict] = []
+    if conversation.system is not None:
+        messages.append({"role": "system", "content": conversation.system})
+    for turn in conversation.turns:
+        if isinstance(turn, UserTurn):
+            messages.append({"role": "user", "content": turn.text})
+        elif isinstance(turn, AssistantTurn):
+            messages.append(_chat_assistant(turn.message))
+        elif isinstance(turn, ToolResult):
+            messages.append({"role": "tool", "tool_call_id": turn.call_id, "content": turn.content})
+        else:
+            raise TypeError(f"not a conversation turn: {turn!r}")
+    body: dict = {"model": provider.model, "messages": messages, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if provider.max_tokens is not None:
+        body["max_tokens"] = provider.max_tokens
+    if tools:
+        body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
+    return "/chat/completions", body
+
+
+def _chat_assistant(message: Message) -> dict:
+    calls = message.tool_calls
+    text = message.text
+    out: dict = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in calls]
+    return out
+
+
+def _function(tool: Tool) -> dict:
+    out = {"name": tool.name, "description": tool.description,
+           "parameters": dict(tool.parameters)}
+    if tool.strict:
+        out["strict"] = True
+    return out
+
+
+# ---- Anthropic Messages ----
+
+def _anthropic(provider: Provider, conversation: Conversation, tools: list[Tool]):
+    messages: list[dict] = []
+
+    def add(role: str, blocks: list[dict]) -> None:
+        # Consecutive turns of one role become one message: tool results
+        # and a user text that follows them share the user turn.
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"] += blocks
+        elif blocks:
+            messages.append({"role": role, "content": blocks})
+
+    for turn in conversation.turns:
+        if isinstance(turn, UserTurn):
+            add("user", [{"type": "text", "text": turn.text}])
+        elif isinstance(turn, AssistantTurn):
+            add("assistant", _anthropic_blocks(turn.message))
+        elif isinstance(turn, ToolResult):
+            block = {"type": "tool_result", "tool_use_id": turn.call_id, "content": turn.content}
+            if turn.is_error:
+                block["is_error"] = True
+            add("user", [block])
+        else:
+            raise TypeError(f"not a conversation turn: {turn!r}")
+    body: dict = {"model": provider.model,
+                  "max_tokens": provider.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
+                  "messages": messages, "stream": True}
+    if conversation.system is not None:
+        body["system"] = conversation.system
+    if tools:
+        body["tools"] = [{"name": t.name, "description": t.description,
+                          "input_schema": dict(t.parameters)} for t in tools]
+    return "/messages", body
+
+
+def _anthropic_blocks(message: Message) -> list[dict]:
+    blocks: list[dict] = []
+    for part in message.parts:
+        if isinstance(part, ThinkingPart):
+            if part.redacted_data is not None:
+                blocks.append({"type": "redacted_thinking", "data": part.redacted_data})
+            elif part.signature is not None:
+                blocks.append({"type": "thinking", "thinking": part.text,
+                               "signature": part.signature})
+            # Unsigned thinking (another provider's reasoning) would be rejected.
+        elif isinstance(part, TextPart):
+            if part.text:  # Anthropic rejects empty text blocks
+                blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ToolCall):
+            blocks.append({"type": "tool_use", "id": part.id, "name": part.name,
+                           "input": part.parsed if part.parsed is not None else {}})
+    return blocks
+
+
+# ---- OpenAI Responses ----
+
+def _responses(provider: Provider, conversation: Conversation, tools: list[Tool]):
+    items: list[dict] = []
+    for turn in conversation.turns:
+        if isinstance(turn, UserTurn):
+            items.append({"type": "message", "role": "user",
+                          "content": [{"type": "input_text", "text": turn.text}]})
+        elif isinstance(turn, AssistantTurn):
+            items += _responses_items(turn.message)
+        elif isinstance(turn, ToolResult):
+            items.append({"type": "function_call_output", "call_id": turn.call_id,
+                          "output": turn.content})
+        else:
+            raise TypeError(f"not a conversation turn: {turn!r}")
+    body: dict = {"model": provider.model, "input": items, "stream": True}
+    if conversation.system is not None:
+        body["instructions"] = conversation.system
+    if provider.max_tokens is not None:
+        body["max_output_tokens"] = provider.max_tokens
+    if tools:
+        body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
+                          "parameters": dict(t.parameters), "strict": t.strict} for t in tools]
+    return "/responses", body
+
+
+def _responses_items(message: Message) -> list[dict]:
+    items: list[dict] = []
+    for part in message.parts:
+        if isinstance(part, TextPart) and part.text:
+            items.append({"type": "message", "role": "assistant",
+                          "content": [{"type": "output_text", "text": part.text}]})
+        elif isinstance(part, ToolCall):
+            items.append({"type": "function_call", "call_id": part.id, "name": part.name,
+                          "arguments": part.arguments})
+    return items
+
+
+_BUILDERS = {"openai-chat": _chat, "anthropic": _anthropic, "openai-responses": _responses}
