@@ -48,7 +48,7 @@ setup_python() {
     # the editable install compiles agent/stream/_core in place. The build's
     # chatter goes to a log, shown only if something fails.
     if ! { "$VENV/bin/python" -m pip install -q --upgrade pip "setuptools>=77" wheel "cffi>=1.17" &&
-           "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".[$1]"; } >"$log" 2>&1; then
+           "$VENV/bin/python" -m pip install -q --no-build-isolation -e ".${1:+[$1]}"; } >"$log" 2>&1; then
         cat "$log" >&2
         echo "dev.sh: installing the Python package failed (log above, also in $log)" >&2
         exit 1
@@ -61,7 +61,7 @@ setup_c() {
 
 case "$job" in
 demo)
-    setup_python test
+    setup_python ""
     "$VENV/bin/homeagent" demo
     ;;
 test)
