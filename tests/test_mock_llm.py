@@ -19,6 +19,7 @@ from agent.mock_llm.scripts import Conversation, ToolUse
 from agent.mock_llm.server import serve
 from agent.stream import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from conftest import timeout
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = (ev.DecodeWarning, ev.FramingError, ev.Truncated, ev.ProviderError,
@@ -241,8 +242,8 @@ async def test_drop_leaves_a_truncated_stream(base_url, fmt):
 @by_name
 async def test_stall_ends_in_a_read_timeout(base_url, fmt):
     decoder = fmt.decoder()
-    timeout = httpx.Timeout(5.0, read=0.5)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout) as client:
+    limits = httpx.Timeout(timeout(5.0), read=0.5)
+    async with httpx.AsyncClient(base_url=base_url, timeout=limits) as client:
         with pytest.raises(httpx.ReadTimeout):
             async with client.stream("POST", fmt.path, json=fmt.request("Hello"),
                                      headers={"x-mock-fault": "stall"}) as response:
@@ -403,7 +404,7 @@ async def test_cli_serves_and_exits_0_on_sigterm():
         cwd=ROOT, stdout=subprocess.PIPE)
     try:
         line = b""
-        with trio.fail_after(10):
+        with trio.fail_after(timeout(10)):
             while not line.endswith(b"\n"):
                 chunk = await process.stdout.receive_some(1)
                 assert chunk, "mock-llm exited before listening"
@@ -414,7 +415,7 @@ async def test_cli_serves_and_exits_0_on_sigterm():
             response = await client.post("/v1/responses", json={"input": "Hello"})
         assert FORMATS[2].complete_text(response.json())[0] == scripts.ENGLISH
         process.send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
+        with trio.fail_after(timeout(10)):
             assert await process.wait() == 0
     finally:
         if process.returncode is None:

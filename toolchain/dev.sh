@@ -4,8 +4,9 @@
 #
 #   toolchain/dev.sh demo   Python venv + the package, then `homeagent demo`
 #   toolchain/dev.sh test   also the C toolchains, then every test: C contract
-#                           tests (gcc, clang), sanitizers, aarch64 build run
-#                           under qemu-aarch64, and the pytest suite
+#                           tests (gcc, clang), sanitizers, the pytest suite,
+#                           then toolchain/arm64.sh: the aarch64 wheel, and the
+#                           C tests and the whole pytest suite under qemu-aarch64
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
 #
 # Debian packages are installed with apt-get (through sudo when not root).
@@ -56,7 +57,8 @@ setup_python() {
 }
 
 setup_c() {
-    apt_install make clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+    apt_install make clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+        binutils qemu-user mmdebstrap
 }
 
 case "$job" in
@@ -71,8 +73,9 @@ test)
     if [ -d "$SHARED/jsontestsuite/test_parsing" ]; then
         suite=(JSONTESTSUITE="$SHARED/jsontestsuite/test_parsing")
     fi
-    make -C csrc compilers sanitize qemu "${suite[@]}"
+    make -C csrc compilers sanitize "${suite[@]}"
     "$VENV/bin/python" -m pytest -q tests
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh
     ;;
 fuzz)
     setup_c
