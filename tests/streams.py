@@ -1,8 +1,36 @@
-"""Helpers shared by the decoder tests: feeding a body in given splits."""
+"""Helpers shared by the decoder tests: recorded streams from ../shared,
+feeding a body in given splits."""
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
+import pytest
 from hypothesis import strategies as st
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+def recorded(name: str) -> bytes:
+    """A recorded stream from ../shared/fixtures; the test skips without it
+    (a user's fresh clone has no ../shared)."""
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"recorded stream {path} is absent (../shared/fixtures not checked out)")
+    return path.read_bytes()
+
+
+def random_reads(events: list[bytes], seed: int, hi: int = 97) -> list[bytes]:
+    """The joined events cut into reads of 1..hi bytes, from a fixed seed."""
+    body = b"".join(events)
+    rng = random.Random(seed)
+    reads, i = [], 0
+    while i < len(body):
+        k = rng.randint(1, hi)
+        reads.append(body[i:i + k])
+        i += k
+    return reads
 
 
 def feed_split(decoder, body: bytes, cuts: list[int]) -> list:

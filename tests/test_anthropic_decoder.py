@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from anthropic._streaming import SSEDecoder
@@ -51,9 +50,8 @@ from agent.stream.events import (
 )
 from agent.stream.message import ArgumentsError, FinishReason, TextPart, ThinkingPart, ToolCall
 from conftest import scaled
-from streams import cuts_for, feed_split
+from streams import cuts_for, feed_split, recorded
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "anthropic-tool-use.sse"
 
 
 # ---------------------------------------------------------------------------
@@ -300,9 +298,7 @@ def differential(body: bytes, cut_sets=None):
 # ---------------------------------------------------------------------------
 
 def fixture_body() -> bytes:
-    if not FIXTURE.exists():
-        pytest.skip(f"recorded stream {FIXTURE} is absent (../shared/fixtures not checked out)")
-    return FIXTURE.read_bytes()
+    return recorded("anthropic-tool-use.sse")
 
 
 def test_fixture_matches_sdk():

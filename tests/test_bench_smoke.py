@@ -5,7 +5,6 @@ finish reasons and usage from the same bytes. No timing is asserted anywhere."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import bench_module
+from streams import random_reads
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "stream_bench.py"
@@ -29,17 +29,6 @@ def small():
     return sb.make_stream(seed=7, text_chunks=40, reasoning_chunks=8, tool_arg_chars=80)
 
 
-def _random_reads(events: list[bytes], seed: int, hi: int = 97) -> list[bytes]:
-    body = b"".join(events)
-    rng = random.Random(seed)
-    reads, i = [], 0
-    while i < len(body):
-        k = rng.randint(1, hi)
-        reads.append(body[i:i + k])
-        i += k
-    return reads
-
-
 def _reads(events: list[bytes], regime: str) -> list[bytes]:
     if regime == "4k":
         return sb.reads_4k(events)
@@ -48,7 +37,7 @@ def _reads(events: list[bytes], regime: str) -> list[bytes]:
     if regime == "bytewise":
         body = b"".join(events)
         return [body[i:i + 1] for i in range(len(body))]
-    return _random_reads(events, seed=int(regime.split("-")[1]))
+    return random_reads(events, seed=int(regime.split("-")[1]))
 
 
 def test_synthetic_stream_is_what_the_benchmark_claims(small):
@@ -138,7 +127,7 @@ SSE_CASES = [
 @pytest.mark.parametrize("seed", range(8))
 def test_peer_framer_agrees_with_the_core_on_lf_sse(seed):
     body = b"".join(SSE_CASES) * 3
-    reads = _random_reads([body], seed, hi=[1, 3, 17, 200, 4096, 7, 2, 64][seed])
+    reads = random_reads([body], seed, hi=[1, 3, 17, 200, 4096, 7, 2, 64][seed])
     framer = sb.SSEFramer()
     got = [d for r in reads for d in framer.feed(r)]
     dec = StreamDecoder(Protocol.SSE)

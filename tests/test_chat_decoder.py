@@ -27,7 +27,6 @@ No timing is asserted; hypothesis runs derandomized.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,10 +54,8 @@ from agent.stream.events import (
 )
 from agent.stream.message import ArgumentsError, FinishReason, normalise_finish
 from conftest import scaled
-from streams import cuts_for, feed_split
+from streams import cuts_for, feed_split, recorded
 
-FIXTURE = (Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-           / "openai-chat-parallel-tools.sse")
 SDK_VERSION = "3.57.0"
 
 ID = "chatcmpl-9xQ"
@@ -350,9 +347,7 @@ def differential(body: bytes, **kw):
 # ---------------------------------------------------------------------------
 
 def fixture_body() -> bytes:
-    if not FIXTURE.exists():
-        pytest.skip(f"recorded stream not found: {FIXTURE}")
-    return FIXTURE.read_bytes()
+    return recorded("openai-chat-parallel-tools.sse")
 
 
 def test_fixture_matches_sdk():

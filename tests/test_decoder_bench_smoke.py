@@ -6,7 +6,6 @@ No timing is asserted anywhere."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import bench_module
+from streams import random_reads
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "decoder_bench.py"
@@ -29,21 +29,10 @@ def streams():
     return db.make_streams(SMALL)
 
 
-def _random_reads(events: list[bytes], seed: int, hi: int = 97) -> list[bytes]:
-    body = b"".join(events)
-    rng = random.Random(seed)
-    reads, i = [], 0
-    while i < len(body):
-        k = rng.randint(1, hi)
-        reads.append(body[i:i + k])
-        i += k
-    return reads
-
-
 def _reads(events: list[bytes], regime: str) -> list[bytes]:
     if regime in ("4k", "event"):
         return db.make_reads(events)[regime]
-    return _random_reads(events, seed=int(regime.split("-")[1]))
+    return random_reads(events, seed=int(regime.split("-")[1]))
 
 
 def _need_sdk(protocol: str) -> None:
