@@ -1,0 +1,438 @@
+"""The daemon's TOML config: read, checked and resolved in one pass.
+
+Every problem is a ConfigError "FILE:LINE: KEY: what is wrong". Unknown keys
+and tables are errors, so a typo never passes silently. API keys come from
+an environment variable or a key file and never appear in a message or a
+repr. User and group names are resolved when the config is loaded, so an
+unknown name stops the daemon at start rather than at the first client.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import math
+import os
+import pwd
+import re
+import tomllib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from agent.providers.requests import Provider
+
+DEFAULT_PATH = "/etc/homeagent/config.toml"
+DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
+PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers")
+_DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
+                "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
+                "log_level")
+_SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes")
+# Given only when set, so their defaults stay Provider's own.
+_PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
+                      "total_timeout": float, "max_tokens": int}
+_PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
+                  "retries", "headers", *_PROVIDER_OPTIONAL)
+
+
+class ConfigError(Exception):
+    """A config the daemon cannot run with. line is None when unknown,
+    key is None when the problem is about the whole file."""
+
+    def __init__(self, path: str, problem: str, key: str | None = None,
+                 line: int | None = None):
+        self.path, self.problem, self.key, self.line = path, problem, key, line
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class ProviderEntry:
+    provider: Provider
+    retries: int
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    socket: str
+    socket_mode: int
+    socket_group: str | None  # as written, for messages; None: the process's group
+    socket_gid: int | None    # socket_group resolved, for chown
+    allow_users: tuple[int, ...]
+    allow_groups: tuple[int, ...]
+    state_directory: str
+    max_line_bytes: int
+    client_queue: int
+    shutdown_grace: float
+    log_level: str
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    system_prompt: str | None
+    max_turns: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    daemon: DaemonConfig
+    sessions: SessionConfig
+    providers: Mapping[str, ProviderEntry]
+    default_provider: str
+
+
+def load(path: str, environ: Mapping[str, str] = os.environ) -> Config:
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as error:
+        raise ConfigError(path, f"cannot read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, "not UTF-8 text") from None
+    return parse(text, path, environ)
+
+
+def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Config:
+    """The config in text; path names it in messages and anchors relative key files."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise _syntax_error(str(error), text, path) from None
+    root = _Table(_Source(path, text), (), document, _ROOT_KEYS)
+    daemon = _daemon(root.table("daemon", _DAEMON_KEYS), environ)
+    sessions = _sessions(root.table("sessions", _SESSION_KEYS))
+    providers = _providers(root.table("providers"), environ, os.path.dirname(path))
+    return Config(path=path, daemon=daemon, sessions=sessions,
+                  providers=MappingProxyType(providers),
+                  default_provider=_default_provider(root, providers))
+
+
+def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
+                        model: str = "llama3.2") -> str:
+    """A commented config with one keyless OpenAI-compatible provider
+    (Ollama's defaults); the commented keys show the built-in values."""
+    return f"""\
+# homeagent daemon configuration. Commented keys show their defaults;
+# the configuration reference describes every key.
+
+# default_provider = "local"   # needed once there is more than one provider
+
+[daemon]
+# socket = "/run/homeagent/agent.sock"   # not used when systemd passes the socket
+# socket_mode = 0o660
+# socket_group = ""       # group name or gid; "" keeps the daemon's group
+# allow_users = []        # user names or uids let in by peer credentials
+# allow_groups = []       # group names or gids let in by peer credentials
+# state_directory = ""    # "" is $STATE_DIRECTORY, else /var/lib/homeagent
+# max_line_bytes = 65536
+# client_queue = 256
+# shutdown_grace = 10.0
+# log_level = "info"
+
+[sessions]
+# system_prompt = "You are a helpful assistant in a home."
+# max_turns = 50
+# max_bytes = 262144
+
+[providers.local]
+protocol = "openai-chat"
+base_url = {json.dumps(base_url)}
+model = {json.dumps(model)}
+# api_key_env = "OPENAI_API_KEY"   # or api_key_file = "openai.key"; local servers need neither
+# connect_timeout = 10.0
+# read_timeout = 60.0
+# total_timeout = 300.0
+# retries = 3
+"""
+
+
+def _daemon(table: _Table, environ: Mapping[str, str]) -> DaemonConfig:
+    socket = _absolute(table, "socket", table.get("socket", str, "/run/homeagent/agent.sock"))
+    if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
+        raise table.error("socket", f"longer than {MAX_SOCKET_PATH} bytes, "
+                                    "the limit of a Unix socket path")
+    mode = table.get("socket_mode", int, 0o660)
+    if not 0 <= mode <= 0o777:
+        # 660 for 0o660 is the likely slip: show the number as written.
+        raise table.error("socket_mode", f"must be between 0o000 and 0o777 "
+                                         f"(octal is written 0o660), got {mode}")
+    group = table.get("socket_group", str, "") or None
+    log_level = table.get("log_level", str, "info")
+    if log_level not in LOG_LEVELS:
+        raise table.error("log_level", f"must be one of {', '.join(LOG_LEVELS)}, "
+                                       f"not {log_level!r}")
+    return DaemonConfig(
+        socket=socket,
+        socket_mode=mode,
+        socket_group=group,
+        socket_gid=None if group is None else _lookup(table, "socket_group", group, "group"),
+        allow_users=_ids(table, "allow_users", "user"),
+        allow_groups=_ids(table, "allow_groups", "group"),
+        state_directory=_state_directory(table, environ),
+        max_line_bytes=table.integer("max_line_bytes", 65536, 1024),
+        client_queue=table.integer("client_queue", 256, 16),
+        shutdown_grace=table.number("shutdown_grace", 10.0, 0),
+        log_level=log_level)
+
+
+def _sessions(table: _Table) -> SessionConfig:
+    return SessionConfig(
+        system_prompt=table.get("system_prompt", str,
+                                "You are a helpful assistant in a home.") or None,
+        max_turns=table.integer("max_turns", 50, 2),
+        max_bytes=table.integer("max_bytes", 262144, 4096))
+
+
+def _providers(table: _Table, environ: Mapping[str, str],
+               config_dir: str) -> dict[str, ProviderEntry]:
+    if not table.values:
+        raise table.error(None, "at least one provider is required")
+    for name in table.values:
+        if not PROVIDER_NAME.fullmatch(name):
+            raise table.error(name, "a provider name is 1 to 64 letters, digits, '_', '.' or '-'")
+    return {name: _provider(table.table(name, _PROVIDER_KEYS), environ, config_dir)
+            for name in table.values}
+
+
+def _provider(table: _Table, environ: Mapping[str, str], config_dir: str) -> ProviderEntry:
+    name = table.key[-1]
+    settings = {key: table.get(key, str) for key in ("protocol", "base_url", "model")}
+    if not settings["model"]:
+        raise table.error("model", "must not be empty")
+    settings.update({key: table.get(key, kind) for key, kind in _PROVIDER_OPTIONAL.items()
+                     if key in table.values})
+    settings.update(headers=_headers(table), api_key=_api_key(table, environ, config_dir))
+    try:
+        provider = Provider(name=name, **settings)
+    except ValueError as error:
+        # Provider's problem starts with the field it is about: point at that key.
+        problem = str(error).removeprefix(f"provider {name!r}: ")
+        field = problem.split(" ", 1)[0]
+        raise table.error(field if field in settings else None, problem) from None
+    return ProviderEntry(provider, table.integer("retries", 3, 0, 10))
+
+
+def _headers(table: _Table) -> dict[str, str]:
+    headers = table.table("headers")
+    for name in headers.values:
+        headers.get(name, str)
+    return dict(headers.values)
+
+
+def _api_key(table: _Table, environ: Mapping[str, str], config_dir: str) -> str:
+    """The key named by api_key_env or api_key_file, or "" for none. Messages
+    name the variable or the file, never what is in it."""
+    variable = table.get("api_key_env", str, None)
+    file_name = table.get("api_key_file", str, None)
+    if variable is not None and file_name is not None:
+        raise table.error("api_key_file", "set api_key_env or api_key_file, not both")
+    if variable is not None:
+        if variable not in environ:
+            raise table.error("api_key_env", f"environment variable {variable} is not set")
+        return _secret(table, "api_key_env", environ[variable],
+                       f"environment variable {variable}")
+    if file_name is None:
+        return ""
+    candidates = [os.path.join(config_dir, file_name)]
+    # A bare name may be a systemd credential (LoadCredential=), which wins.
+    if "/" not in file_name and "CREDENTIALS_DIRECTORY" in environ:
+        candidates.insert(0, os.path.join(environ["CREDENTIALS_DIRECTORY"], file_name))
+    for candidate in candidates:
+        try:
+            with open(candidate, encoding="utf-8") as file:
+                return _secret(table, "api_key_file", file.read(), f"key file {candidate}")
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            problem = error.strerror
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        raise table.error("api_key_file", f"cannot read {candidate}: {problem}")
+    raise table.error("api_key_file", f"key file not found: {' nor '.join(candidates)}")
+
+
+def _secret(table: _Table, key: str, raw: str, source: str) -> str:
+    """raw without surrounding whitespace (a key file's final newline)."""
+    if not raw.strip():
+        raise table.error(key, f"{source} is empty")
+    return raw.strip()
+
+
+def _default_provider(root: _Table, providers: Mapping[str, ProviderEntry]) -> str:
+    configured = ", ".join(providers)
+    if len(providers) == 1:
+        default = root.get("default_provider", str, next(iter(providers)))
+    else:
+        default = root.get("default_provider", str, None)
+        if default is None:
+            raise root.error("default_provider", "required with more than one provider "
+                                                 f"(configured: {configured})")
+    if default not in providers:
+        raise root.error("default_provider",
+                         f"no provider named {default!r} (configured: {configured})")
+    return default
+
+
+def _state_directory(table: _Table, environ: Mapping[str, str]) -> str:
+    configured = table.get("state_directory", str, "")
+    if configured:
+        return _absolute(table, "state_directory", configured)
+    # systemd's StateDirectory= may list several, colon-separated; ours is the first.
+    return environ.get("STATE_DIRECTORY", "").split(":")[0] or DEFAULT_STATE_DIRECTORY
+
+
+def _absolute(table: _Table, key: str, path: str) -> str:
+    """path, which must not depend on the daemon's working directory."""
+    if not os.path.isabs(path):
+        raise table.error(key, "must be an absolute path")
+    return path
+
+
+def _ids(table: _Table, key: str, kind: str) -> tuple[int, ...]:
+    """User or group ids from names and numeric ids."""
+    ids = []
+    for item in table.get(key, list, []):
+        if isinstance(item, str):
+            ids.append(_lookup(table, key, item, kind))
+        elif not _is(item, int):
+            raise table.error(key, f"expected {kind} names or ids, got {_describe(item)}")
+        elif item < 0:
+            raise table.error(key, f"{kind} ids are not negative, got {item}")
+        else:
+            ids.append(item)
+    return tuple(ids)
+
+
+def _lookup(table: _Table, key: str, name: str, kind: str) -> int:
+    if name.isdigit():
+        return int(name)
+    try:
+        return pwd.getpwnam(name).pw_uid if kind == "user" else grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise table.error(key, f"unknown {kind} {name!r}") from None
+
+
+# ---- reading tables ----
+
+_REQUIRED: Any = object()
+_EXPECTED = {int: "an integer", float: "a number", str: "a string", list: "an array",
+             dict: "a table"}
+_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+          (list, "an array"), (dict, "a table"))
+
+
+def _is(value: Any, kind: type) -> bool:
+    """TOML's types as the schema sees them: a bool is no number, an int is a float."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _describe(value: Any) -> str:
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), "a date or time")
+
+
+@dataclass(frozen=True)
+class _Source:
+    path: str
+    text: str
+
+    def error(self, key: tuple[str, ...], problem: str) -> ConfigError:
+        return ConfigError(self.path, problem, _dotted(key) if key else None,
+                           _locate(self.text, key))
+
+
+class _Table:
+    """One table of the document, its keys read with their types checked.
+    known=None takes any key (provider names, header names)."""
+
+    def __init__(self, source: _Source, key: tuple[str, ...], values: Mapping[str, Any],
+                 known: tuple[str, ...] | None = None):
+        self.source, self.key, self.values = source, key, values
+        for name, value in values.items():
+            if known is not None and name not in known:
+                what = "table" if isinstance(value, dict) else "key"
+                raise self.error(name, f"unknown {what} (known: {', '.join(known)})")
+
+    def error(self, name: str | None, problem: str) -> ConfigError:
+        return self.source.error(self.key if name is None else (*self.key, name), problem)
+
+    def get(self, name: str, kind: type, default: Any = _REQUIRED) -> Any:
+        if name not in self.values:
+            if default is _REQUIRED:
+                raise self.error(name, "required key is missing")
+            return default
+        value = self.values[name]
+        if not _is(value, kind):
+            raise self.error(name, f"expected {_EXPECTED[kind]}, got {_describe(value)}")
+        if kind is float:
+            if not math.isfinite(value):
+                raise self.error(name, f"expected a finite number, got {value}")
+            return float(value)
+        return value
+
+    def table(self, name: str, known: tuple[str, ...] | None = None) -> _Table:
+        return _Table(self.source, (*self.key, name), self.get(name, dict, {}), known)
+
+    def integer(self, name: str, default: int, low: int, high: int | None = None) -> int:
+        return self._within(name, self.get(name, int, default), low, high)
+
+    def number(self, name: str, default: float, low: float) -> float:
+        return self._within(name, self.get(name, float, default), low, None)
+
+    def _within(self, name: str, value: Any, low: float, high: float | None) -> Any:
+        if high is None and value < low:
+            raise self.error(name, f"must be at least {low}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise self.error(name, f"must be between {low} and {high}, got {value}")
+        return value
+
+
+# ---- where a key is written ----
+
+_HEADER = re.compile(r"\s*\[\[?([^\[\]]+)\]")  # [table] and [[array.of.tables]]
+_KEY_LINE = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*=""")
+_HEADER_PART = re.compile(r""""([^"]*)"|'([^']*)'|([^\s."']+)""")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _locate(text: str, key: tuple[str, ...]) -> int | None:
+    """The line where key is set, or else where its nearest enclosing table
+    starts: dotted keys and inline tables are not followed. Lines inside a
+    multi-line string (a long system prompt) are skipped."""
+    seen: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    closing = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if closing:
+            if line.count(closing) % 2:
+                closing = None
+            continue
+        if header := _HEADER.match(line):
+            table = tuple("".join(part) for part in _HEADER_PART.findall(header[1]))
+            seen.setdefault(table, number)
+        elif assignment := _KEY_LINE.match(line):
+            seen.setdefault((*table, "".join(assignment.groups(""))), number)
+        closing = next((quote for quote in ('"""', "'''") if line.count(quote) % 2), None)
+    return next((seen[key[:end]] for end in range(len(key), 0, -1) if key[:end] in seen), None)
+
+
+def _dotted(key: tuple[str, ...]) -> str:
+    return ".".join(part if _BARE_KEY.fullmatch(part) else json.dumps(part) for part in key)
+
+
+def _syntax_error(message: str, text: str, path: str) -> ConfigError:
+    """tomllib's message with its position moved into the line number."""
+    problem, _, position = message.rpartition(" (at ")
+    if position == "end of document)":
+        return ConfigError(path, problem, line=max(1, len(text.splitlines())))
+    if found := re.fullmatch(r"line (\d+), column \d+\)", position):
+        return ConfigError(path, problem, line=int(found[1]))
+    return ConfigError(path, message)
