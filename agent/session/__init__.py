@@ -1,0 +1,1 @@
+"""Conversations: the history store on disk and the runner of one ask."""

@@ -1,0 +1,203 @@
+"""The session history store: one JSON file per session, written crash-safely.
+
+Names in the directory:
+- `<id>.json`: a session, {"version": 1, "id", "updated", "turns": [...]},
+  one turn a line so that a person can read it.
+- `.<id>.json.tmp-<pid>`: a write in progress. Only a crash leaves one, so
+  they are removed at startup; the leading dot keeps them apart from session
+  files, since no id starts with a dot.
+- `<id>.json.corrupt-<unix time>`: a session file that did not read at
+  startup, moved aside for a person to look at; that session starts empty.
+
+Every session file is read when the store opens: the files are small, a
+corrupt one shows at startup rather than in the middle of an answer, and
+sessions() can count turns without reading. After that memory is the truth:
+one store owns its directory, and files put there later are not seen.
+
+A write goes to a temporary file in the same directory, is fsynced, replaces
+the session file by rename and the directory is fsynced: a kill (or a power
+cut) at any instant leaves either the old or the new file, complete.
+
+Not thread-safe: the caller serialises the calls for one session. Calls for
+different sessions may run in different threads; they share only the dict of
+sessions, and each of its operations here is atomic under the GIL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from agent.providers.requests import UserTurn
+from agent.session.codec import turn_from_json, turn_to_json
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch; ids become file names
+FORMAT_VERSION = 1
+
+log = logging.getLogger("homeagent.session")
+
+_TEMP = re.compile(rf"\.(?:{SESSION_ID.pattern})\.json\.tmp-\d+")
+_SUFFIX = ".json"
+_SEPARATOR = b",\n"
+_TAIL = b"\n]}\n"
+
+
+@dataclass
+class _Session:
+    turns: list
+    size: int  # bytes of its file
+    updated: float
+
+
+class SessionStore:
+    def __init__(self, directory: str, *, max_turns: int, max_bytes: int) -> None:
+        self.set_limits(max_turns=max_turns, max_bytes=max_bytes)
+        self.directory = directory
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._sessions: dict[str, _Session] = {}
+        for name in sorted(os.listdir(directory)):
+            if _TEMP.fullmatch(name):
+                os.unlink(os.path.join(directory, name))
+            elif name.endswith(_SUFFIX) and SESSION_ID.fullmatch(name[:-len(_SUFFIX)]):
+                self._read(name[:-len(_SUFFIX)])
+
+    def set_limits(self, *, max_turns: int, max_bytes: int) -> None:
+        """New limits (a config reload); a session meets them at its next commit."""
+        if max_turns < 1 or max_bytes < 1:
+            raise ValueError("max_turns and max_bytes must be positive")
+        self.max_turns, self.max_bytes = max_turns, max_bytes
+
+    def load(self, session_id: str) -> list:
+        """The session's turns (a new list); [] for a session never committed."""
+        session = self._sessions.get(_checked(session_id))
+        return list(session.turns) if session else []
+
+    def commit(self, session_id: str, new_turns: list) -> list:
+        """Append the turns of one finished exchange, trim to the limits and
+        write the file; returns the turns trimmed away, oldest first."""
+        old = self._sessions.get(_checked(session_id))
+        turns = (old.turns if old else []) + list(new_turns)
+        # ASCII JSON: a lone surrogate (a client may send "\ud800") still encodes.
+        encoded = [json.dumps(turn_to_json(turn), separators=(",", ":")).encode("ascii")
+                   for turn in turns]
+        updated = time.time()
+        # The id needs no JSON escaping, and a float's repr is a JSON number.
+        head = (f'{{"version":{FORMAT_VERSION},"id":"{session_id}",'
+                f'"updated":{updated!r},"turns":[\n').encode("ascii")
+        first = self._first_kept(turns, encoded, len(head) + len(_TAIL))
+        data = head + _SEPARATOR.join(encoded[first:]) + _TAIL
+        self._write(session_id, data)
+        self._sessions[session_id] = _Session(turns[first:], len(data), updated)
+        return turns[:first]
+
+    def forget(self, session_id: str) -> bool:
+        """Delete the session from memory and disk; False if there is none."""
+        if _checked(session_id) not in self._sessions:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(session_id))
+        self._sync_directory()
+        del self._sessions[session_id]
+        return True
+
+    def sessions(self) -> list[dict]:
+        return [{"id": session_id, "turns": len(s.turns), "bytes": s.size, "updated": s.updated}
+                for session_id, s in sorted(self._sessions.items())]
+
+    def _first_kept(self, turns: list, encoded: list[bytes], overhead: int) -> int:
+        """Index of the first turn to keep. Whole exchanges (a user turn up to
+        the next) go, oldest first, so that no tool result loses its call;
+        turns before the first user turn go first as one unit; the newest
+        exchange always stays."""
+        first = 0
+        size = overhead + sum(len(e) + len(_SEPARATOR) for e in encoded) - len(_SEPARATOR)
+        for start in (i for i in range(1, len(turns)) if isinstance(turns[i], UserTurn)):
+            if len(turns) - first <= self.max_turns and size <= self.max_bytes:
+                break
+            size -= sum(len(e) + len(_SEPARATOR) for e in encoded[first:start])
+            first = start
+        return first
+
+    def _read(self, session_id: str) -> None:
+        path = self._path(session_id)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            turns, updated = _parse(session_id, data)
+        # JSON and UTF-8 errors are ValueErrors; nesting too deep is a RecursionError.
+        except (OSError, ValueError, RecursionError) as exc:
+            self._set_aside(path, exc)
+            return
+        self._sessions[session_id] = _Session(turns, len(data), updated)
+
+    def _set_aside(self, path: str, reason: Exception) -> None:
+        aside = f"{path}.corrupt-{int(time.time())}"
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            log.error("session file %s does not read (%s) and cannot be moved aside (%s); "
+                      "the session starts empty", path, reason, exc)
+            return
+        log.error("session file %s does not read (%s): moved aside to %s, "
+                  "the session starts empty", path, reason, aside)
+
+    def _write(self, session_id: str, data: bytes) -> None:
+        temp = os.path.join(self.directory, f".{session_id}{_SUFFIX}.tmp-{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with open(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, self._path(session_id))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        self._sync_directory()
+
+    def _sync_directory(self) -> None:
+        """Make a rename or unlink in the directory durable."""
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _path(self, session_id: str) -> str:
+        return os.path.join(self.directory, session_id + _SUFFIX)
+
+
+def _checked(session_id: str) -> str:
+    if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
+        raise ValueError(f"bad session id {session_id!r}: 1 to 64 letters, digits, '.', '_' "
+                         "or '-', not starting with '.', '_' or '-'")
+    return session_id
+
+
+def _parse(session_id: str, data: bytes) -> tuple[list, float]:
+    """The turns and update time of a session file; ValueError says what is wrong."""
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    if doc.get("version") != FORMAT_VERSION:
+        raise ValueError(f"unknown version {doc.get('version')!r}")
+    if doc.get("id") != session_id:
+        raise ValueError(f"names session {doc.get('id')!r}")
+    updated, turns = doc.get("updated"), doc.get("turns")
+    if isinstance(updated, bool) or not isinstance(updated, (int, float)):
+        raise ValueError("'updated' is not a number")
+    if not isinstance(turns, list):
+        raise ValueError("'turns' is not an array")
+    decoded = []
+    for i, obj in enumerate(turns):
+        try:
+            decoded.append(turn_from_json(obj))
+        except ValueError as exc:
+            raise ValueError(f"turn {i}: {exc}") from None
+    return decoded, float(updated)

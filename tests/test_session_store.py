@@ -1,0 +1,399 @@
+"""The session history store: the codec's exact round trip, trimming by whole
+exchanges, files that do not read, and a real kill -9 in the middle of commits."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import random
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
+from agent.session.codec import turn_from_json, turn_summary, turn_to_json
+from agent.session.store import SessionStore
+from agent.stream.events import Usage
+from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
+                                  ToolCall)
+from conftest import scaled, timeout
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_TRIM = {"max_turns": 10**6, "max_bytes": 10**9}
+
+
+def exchange(n):
+    """Exchange n: a question, a tool call, its result, the answer.
+    The kill -9 child runs this very source."""
+    call = ToolCall(f"call_{n}", "read_sensor", '{"sensor": %d}' % n, parsed={"sensor": n},
+                    complete=True)
+    return [UserTurn(f"ask {n}"),
+            AssistantTurn(Message(parts=[call], finish_reason=FinishReason.TOOL_CALLS)),
+            ToolResult(f"call_{n}", "read_sensor", f"{n} degrees"),
+            AssistantTurn(Message(parts=[TextPart(f"answer {n}")],
+                                  finish_reason=FinishReason.STOP))]
+
+
+def exchanges(first, last):
+    return [turn for n in range(first, last + 1) for turn in exchange(n)]
+
+
+def round_trip(turn):
+    return turn_from_json(json.loads(json.dumps(turn_to_json(turn))))
+
+
+def open_store(tmp_path, **limits) -> SessionStore:
+    return SessionStore(str(tmp_path / "sessions"), **{**NO_TRIM, **limits})
+
+
+def assert_results_follow_calls(turns):
+    """Every tool result answers a call of the assistant turn before its run of results."""
+    calls: set = set()
+    for turn in turns:
+        if isinstance(turn, UserTurn):
+            calls = set()
+        elif isinstance(turn, AssistantTurn):
+            calls = {call.id for call in turn.message.tool_calls}
+        elif isinstance(turn, ToolResult):
+            assert turn.call_id in calls, f"{turn} lost its call"
+
+
+# ---- codec ----
+
+RICH_MESSAGE = Message(
+    id="msg_01", model="claude-test",
+    parts=[ThinkingPart("Relay 1 it is.", signature="EqQBCgIYAhIM+sig/with==padding"),
+           ThinkingPart("", redacted_data="c2VjcmV0"),
+           ThinkingPart("summary two", item_id="rs_1", summary_index=1),
+           TextPart("Switching."),
+           ToolCall("call_1", "set_relay", '{"on":true,  "channel":1}',
+                    parsed={"on": True, "channel": 1}, complete=True, item_id="fc_1"),
+           ToolCall("call_2", "set_relay", '{"on":tru', error=ArgumentsError.INVALID_JSON,
+                    error_detail="bad literal at 6", complete=True),
+           ToolCall(None, None, '{"a', error=ArgumentsError.TRUNCATED)],
+    refusal="I cannot open the safe.",
+    citations=[{"type": "url_citation", "url": "https://example.org", "start_index": 0}],
+    usage=Usage(input_tokens=12, output_tokens=34, cache_read_tokens=0),
+    finish_reason=FinishReason.OTHER, raw_finish_reason="surprise", stop_sequence="###")
+
+
+@pytest.mark.parametrize("turn", [
+    UserTurn("Turn the heating up"),
+    UserTurn(""),
+    AssistantTurn(RICH_MESSAGE),
+    AssistantTurn(Message()),
+    AssistantTurn(Message(usage=Usage())),
+    ToolResult("call_1", "set_relay", '{"ok": true}'),
+    ToolResult("call_2", "set_relay", "relay busy", is_error=True),
+], ids=["user", "user-empty", "assistant-rich", "assistant-empty", "usage-empty", "tool",
+        "tool-error"])
+def test_round_trip_is_exact(turn):
+    assert round_trip(turn) == turn
+
+
+def test_none_fields_are_left_out():
+    assert turn_to_json(AssistantTurn(Message(parts=[TextPart("hi")]))) == {
+        "role": "assistant", "parts": [{"type": "text", "text": "hi"}]}
+
+
+texts = st.text(max_size=12)
+maybe_texts = st.none() | texts
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8)
+json_objects = st.dictionaries(texts, json_values, max_size=3)
+parts = st.one_of(
+    st.builds(TextPart, texts),
+    st.builds(ThinkingPart, texts, maybe_texts, maybe_texts, maybe_texts,
+              st.none() | st.integers(0, 9)),
+    st.builds(ToolCall, maybe_texts, maybe_texts, texts, st.none() | json_objects,
+              st.none() | st.sampled_from(ArgumentsError), maybe_texts, st.booleans(),
+              maybe_texts))
+counts = st.none() | st.integers(0, 2**40)
+generated_turns = st.one_of(
+    st.builds(UserTurn, texts),
+    st.builds(AssistantTurn, st.builds(
+        Message, maybe_texts, maybe_texts, st.lists(parts, max_size=4), maybe_texts,
+        st.lists(json_objects, max_size=2), st.none() | st.builds(Usage, *[counts] * 6),
+        st.none() | st.sampled_from(FinishReason), maybe_texts, maybe_texts)),
+    st.builds(ToolResult, texts, texts, texts, st.booleans()))
+
+
+@settings(max_examples=scaled(200))
+@given(generated_turns)
+def test_generated_turns_round_trip(turn):
+    assert round_trip(turn) == turn
+    json.dumps(turn_summary(turn))
+
+
+@settings(max_examples=scaled(30), deadline=None)  # each commit fsyncs
+@given(st.lists(generated_turns, max_size=6))
+def test_generated_turns_survive_the_store(history):
+    with tempfile.TemporaryDirectory() as directory:
+        SessionStore(directory, **NO_TRIM).commit("s", history)
+        assert SessionStore(directory, **NO_TRIM).load("s") == history
+
+
+CALL = {"type": "tool_call", "arguments": "{}", "complete": True}
+
+
+@pytest.mark.parametrize("obj, problem", [
+    ([], "a turn must be an object, not an array"),
+    ({}, "missing 'role'"),
+    ({"role": 1}, "'role' must be a string, not an integer"),
+    ({"role": "system", "text": "x"}, "unknown role 'system'"),
+    ({"role": "user"}, "missing 'text'"),
+    ({"role": "user", "text": None}, "'text' must be a string, not null"),
+    ({"role": "tool", "call_id": "c", "name": "n", "content": "x", "is_error": "yes"},
+     "'is_error' must be a boolean, not a string"),
+    ({"role": "tool", "call_id": "c", "content": "x"}, "missing 'name'"),
+    ({"role": "assistant"}, "missing 'parts'"),
+    ({"role": "assistant", "parts": {}}, "'parts' must be an array, not an object"),
+    ({"role": "assistant", "parts": ["hi"]}, "parts[0] must be an object, not a string"),
+    ({"role": "assistant", "parts": [{"type": "image"}]}, "parts[0]: unknown part type 'image'"),
+    ({"role": "assistant", "parts": [{**CALL, "arguments": {}}]},
+     "parts[0]: 'arguments' must be a string, not an object"),
+    ({"role": "assistant", "parts": [{**CALL, "complete": 1}]},
+     "parts[0]: 'complete' must be a boolean, not an integer"),
+    ({"role": "assistant", "parts": [CALL, {**CALL, "error": "bogus"}]},
+     "parts[1]: unknown error 'bogus'"),
+    ({"role": "assistant", "parts": [{**CALL, "parsed": [1]}]},
+     "parts[0]: 'parsed' must be an object, not an array"),
+    ({"role": "assistant", "parts": [{"type": "thinking", "text": "", "summary_index": True}]},
+     "parts[0]: 'summary_index' must be an integer, not a boolean"),
+    ({"role": "assistant", "parts": [], "usage": {"input_tokens": "3"}},
+     "usage: 'input_tokens' must be an integer, not a string"),
+    ({"role": "assistant", "parts": [], "usage": 3}, "'usage' must be an object, not an integer"),
+    ({"role": "assistant", "parts": [], "finish_reason": "done"}, "unknown finish_reason 'done'"),
+    ({"role": "assistant", "parts": [], "citations": {}},
+     "'citations' must be an array, not an object"),
+])
+def test_malformed_turns_are_rejected(obj, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        turn_from_json(obj)
+
+
+def test_turn_summary():
+    assert turn_summary(UserTurn("hi")) == {"role": "user", "text": "hi"}
+    assert turn_summary(AssistantTurn(RICH_MESSAGE)) == {
+        "role": "assistant", "text": "Switching.", "reasoning": "Relay 1 it is.summary two",
+        "tool_calls": [{"id": "call_1", "name": "set_relay",
+                        "arguments": '{"on":true,  "channel":1}'},
+                       {"id": "call_2", "name": "set_relay", "arguments": '{"on":tru'},
+                       {"id": None, "name": None, "arguments": '{"a'}],
+        "finish_reason": "other"}
+    assert turn_summary(AssistantTurn(Message(parts=[TextPart("Done.")]))) == {
+        "role": "assistant", "text": "Done.", "finish_reason": None}
+    assert turn_summary(ToolResult("call_1", "set_relay", "ok", is_error=True)) == {
+        "role": "tool", "call_id": "call_1", "name": "set_relay", "content": "ok",
+        "is_error": True}
+
+
+# ---- the store ----
+
+def test_commit_load_forget_sessions(tmp_path):
+    store = open_store(tmp_path)
+    assert store.load("kitchen") == [] and store.sessions() == []
+    before = time.time()
+    assert store.commit("kitchen", exchange(1)) == []
+    store.commit("kitchen", exchange(2))
+    store.commit("hall", [UserTurn("hello")])
+    assert store.load("kitchen") == exchanges(1, 2)
+    store.load("kitchen").clear()  # a copy
+    assert len(store.load("kitchen")) == 8
+    hall, kitchen = store.sessions()
+    assert (hall["id"], hall["turns"], kitchen["id"], kitchen["turns"]) == ("hall", 1, "kitchen", 8)
+    assert kitchen["bytes"] == (tmp_path / "sessions" / "kitchen.json").stat().st_size
+    assert before <= hall["updated"] <= time.time()
+    assert store.forget("kitchen") and not store.forget("kitchen")
+    assert store.load("kitchen") == [] and [s["id"] for s in store.sessions()] == ["hall"]
+    assert sorted(os.listdir(tmp_path / "sessions")) == ["hall.json"]
+
+
+def test_sessions_persist_across_instances(tmp_path):
+    store = open_store(tmp_path)
+    store.commit("a-1.b_2", exchanges(1, 2))
+    store.commit("z", [UserTurn("\ud800 a lone surrogate from a client")])
+    again = open_store(tmp_path)
+    assert again.load("a-1.b_2") == exchanges(1, 2)
+    assert again.load("z") == [UserTurn("\ud800 a lone surrogate from a client")]
+    assert again.sessions() == store.sessions()
+    directory = tmp_path / "sessions"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE((directory / "z.json").stat().st_mode) == 0o600
+    doc = json.loads((directory / "a-1.b_2.json").read_bytes())
+    assert (doc["version"], doc["id"]) == (1, "a-1.b_2")
+    assert doc["turns"] == [turn_to_json(turn) for turn in exchanges(1, 2)]
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a" * 65, ".hidden", "-x", "a/b", "a b", "ä", "x\n",
+                                 None])
+def test_bad_session_ids_are_rejected(tmp_path, bad):
+    store = open_store(tmp_path)
+    for call in (store.load, store.forget, lambda i: store.commit(i, [UserTurn("x")])):
+        with pytest.raises(ValueError, match="bad session id"):
+            call(bad)
+    assert os.listdir(tmp_path / "sessions") == []
+    store.commit("a" * 64, [UserTurn("x")])
+
+
+def test_trimming_by_turns_drops_oldest_exchanges(tmp_path):
+    store = open_store(tmp_path, max_turns=8)
+    store.commit("s", exchange(1))
+    store.commit("s", exchange(2))
+    assert store.commit("s", exchange(3)) == exchange(1)
+    assert store.load("s") == exchanges(2, 3)
+
+
+def test_trimming_by_bytes_with_limits_from_a_reload(tmp_path):
+    store = open_store(tmp_path)
+    store.commit("s", exchanges(1, 2))
+    two = store.sessions()[0]["bytes"]
+    store.set_limits(max_turns=100, max_bytes=two + 10)  # two exchanges fit, three do not
+    assert store.load("s") == exchanges(1, 2)  # applied at the next commit only
+    assert store.commit("s", exchange(3)) == exchange(1)
+    assert store.load("s") == exchanges(2, 3)
+    assert store.sessions()[0]["bytes"] <= two + 10
+
+
+def test_exchanges_are_never_split(tmp_path):
+    two_rounds = [UserTurn("two rounds of calls"),
+                  AssistantTurn(Message(parts=[ToolCall("c1", "a", "{}"),
+                                               ToolCall("c2", "b", "{}")])),
+                  ToolResult("c1", "a", "1"), ToolResult("c2", "b", "2"),
+                  AssistantTurn(Message(parts=[ToolCall("c3", "a", "{}")])),
+                  ToolResult("c3", "a", "3"),
+                  AssistantTurn(Message(parts=[TextPart("done")]))]
+    chat = [UserTurn("hi"), AssistantTurn(Message(parts=[TextPart("hello")]))]
+    shapes = [exchange(1), [UserTurn("no answer yet")], chat, two_rounds, exchange(2)[:2]]
+    for max_turns in range(1, 12):
+        store = SessionStore(str(tmp_path / str(max_turns)), max_turns=max_turns, max_bytes=10**6)
+        committed, dropped = [], []
+        for shape in shapes * 2:
+            committed += shape
+            dropped += store.commit("s", shape)
+            kept = store.load("s")
+            assert dropped + kept == committed
+            assert isinstance(kept[0], UserTurn)
+            assert len(kept) <= max_turns or kept == shape
+            assert_results_follow_calls(kept)
+
+
+def test_newest_exchange_is_kept_even_when_oversized(tmp_path):
+    store = open_store(tmp_path, max_turns=1, max_bytes=10)
+    assert store.commit("s", exchange(1)) == []
+    assert store.load("s") == exchange(1)
+    assert store.commit("s", exchange(2)) == exchange(1)
+    assert store.load("s") == exchange(2)
+
+
+def test_turns_before_the_first_user_turn_go_first(tmp_path):
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    orphans = exchange(1)[1:3]  # a hand-edited file lost the question
+    stored = [turn_to_json(turn) for turn in orphans + exchange(2)]
+    (directory / "s.json").write_text(json.dumps(
+        {"version": 1, "id": "s", "updated": 5, "turns": stored}))
+    store = open_store(tmp_path, max_turns=9)
+    assert store.load("s") == orphans + exchange(2)
+    assert store.sessions()[0]["updated"] == 5.0
+    assert store.commit("s", exchange(3)) == orphans
+    assert store.commit("s", exchange(4)) == exchange(2)
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"{not json", "Expecting property name"),
+    (b"\xff\xfe\xff", "decode"),
+    (b"[]", "not a JSON object"),
+    (b'{"version": 2, "id": "s", "updated": 1, "turns": []}', "unknown version 2"),
+    (b'{"version": 1, "id": "t", "updated": 1, "turns": []}', "names session 't'"),
+    (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a number"),
+    (b'{"version": 1, "id": "s", "updated": 1, "turns": {}}', "'turns' is not an array"),
+    (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "a"}, '
+     b'{"role": "system"}]}', "turn 1: unknown role 'system'"),
+    (b"[" * 100_000, "recursion"),
+])
+def test_a_corrupt_file_is_moved_aside_and_logged(tmp_path, caplog, content, reason):
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    (directory / "s.json").write_bytes(content)
+    (directory / "good.json").write_bytes(
+        b'{"version": 1, "id": "good", "updated": 1, "turns": []}')
+    with caplog.at_level(logging.ERROR, logger="homeagent.session"):
+        store = open_store(tmp_path)
+    [record] = caplog.records
+    assert record.name == "homeagent.session" and record.levelno == logging.ERROR
+    assert str(directory / "s.json") in record.getMessage()
+    assert reason in record.getMessage()
+    [aside] = [name for name in os.listdir(directory) if name.startswith("s.json.")]
+    assert re.fullmatch(r"s\.json\.corrupt-\d+", aside)
+    assert (directory / aside).read_bytes() == content
+    assert store.load("s") == [] and [s["id"] for s in store.sessions()] == ["good"]
+    store.commit("s", exchange(1))
+    assert open_store(tmp_path).load("s") == exchange(1)
+
+
+def test_temp_leftovers_are_removed_at_startup(tmp_path):
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    leftovers = [".s.json.tmp-4242", ".a.b.json.tmp-1"]
+    others = ["notes.txt", "s.json.corrupt-5", ".hidden", ".s.json.tmp-x"]
+    for name in leftovers + others:
+        (directory / name).write_text("{half")
+    open_store(tmp_path)
+    assert sorted(os.listdir(directory)) == sorted(others)
+
+
+# ---- kill -9 ----
+
+CHILD_IMPORTS = """
+import sys
+from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
+from agent.session.store import SessionStore
+from agent.stream.message import FinishReason, Message, TextPart, ToolCall
+"""
+CHILD_LOOP = """
+store = SessionStore(sys.argv[1], max_turns=10**6, max_bytes=10**9)
+count = len(store.load("s")) // 4
+while True:
+    count += 1
+    store.commit("s", exchange(count))
+    print(count, flush=True)
+"""
+
+
+def test_kill_9_mid_commit_loses_at_most_the_exchange_in_flight(tmp_path, caplog):
+    script = CHILD_IMPORTS + inspect.getsource(exchange) + CHILD_LOOP
+    directory = str(tmp_path / "sessions")
+    for _ in range(5):
+        child = subprocess.Popen([sys.executable, "-c", script, directory], cwd=ROOT,
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            first = child.stdout.readline()  # the child is committing: kill it at some instant
+            time.sleep(timeout(random.uniform(0.02, 0.2)))
+        finally:
+            child.kill()
+            child.wait(timeout(10))
+        output = first + child.stdout.read()
+        child.stdout.close()
+        assert output, "the child died before its first commit"
+        reported = int(output.split()[-1])
+        with caplog.at_level(logging.ERROR, logger="homeagent.session"):
+            history = SessionStore(directory, **NO_TRIM).load("s")
+        assert not caplog.records, "a session file was corrupt"
+        assert os.listdir(directory) == ["s.json"], "a temp file was left"
+        committed = len(history) // 4
+        assert history == exchanges(1, committed)
+        assert reported <= committed <= reported + 1
