@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 _PROTOCOLS = {"sse": 0, "openai-chat": 1, "anthropic": 2, "openai-responses": 3}
@@ -25,7 +26,7 @@ def _decode(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from agent import demo
 
-    return demo.run(seed=args.seed)
+    return demo.run(args.question)
 
 
 def _mock_llm(args: argparse.Namespace) -> int:
@@ -34,12 +35,149 @@ def _mock_llm(args: argparse.Namespace) -> int:
     return server.main(args.host, args.port, args.require_key)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from agent.service import daemon
+
+    if args.check:
+        from agent.service.config import ConfigError, load
+
+        try:
+            config = load(args.config)
+        except ConfigError as exc:
+            print(f"homeagent: {exc}", file=sys.stderr)
+            return 2
+        print(f"{config.path}: ok; providers: {', '.join(config.providers)} "
+              f"(default {config.default_provider})")
+        return 0
+    return daemon.main(args.config)
+
+
+def _connect(args: argparse.Namespace):
+    from agent.api.client import Client
+
+    return Client(args.socket)
+
+
+def _client_command(run):
+    """Run a client command; a daemon that is not there is a one-line error, exit 3."""
+    def command(args: argparse.Namespace) -> int:
+        from agent.api.client import ConnectionLost, DaemonUnavailable
+
+        try:
+            return run(args)
+        except (DaemonUnavailable, ConnectionLost) as exc:
+            print(f"homeagent: {exc}", file=sys.stderr)
+            return 3
+    return command
+
+
+@_client_command
+def _ask(args: argparse.Namespace) -> int:
+    from agent.cli_render import AskPrinter
+
+    printer = AskPrinter(sys.stdout, sys.stderr, args.reasoning, args.json)
+    fields = {"prompt": args.prompt}
+    if args.session:
+        fields["session"] = args.session
+    if args.provider:
+        fields["provider"] = args.provider
+    with _connect(args) as client:
+        request_id = client.send("ask", **fields)
+        replies = client.replies(request_id, "ask")
+        try:
+            for reply in replies:
+                printer.show(reply)
+        except KeyboardInterrupt:
+            client.send("cancel", target=request_id)
+            for reply in replies:
+                printer.show(reply)
+            return 130
+        finally:
+            printer.close()
+    return printer.exit_code
+
+
+@_client_command
+def _status(args: argparse.Namespace) -> int:
+    from agent.cli_render import format_status
+
+    with _connect(args) as client:
+        reply = client.call("status")
+    print(json.dumps(reply, indent=2, ensure_ascii=False) if args.json else format_status(reply))
+    return 0
+
+
+@_client_command
+def _history(args: argparse.Namespace) -> int:
+    from agent.cli_render import format_history, format_sessions
+
+    with _connect(args) as client:
+        reply = (client.call("history", session=args.session) if args.session
+                 else client.call("sessions"))
+    if reply["type"] == "error":
+        print(f"homeagent: {reply['message']}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(reply, indent=2, ensure_ascii=False))
+    else:
+        print(format_history(reply) if args.session else format_sessions(reply))
+    return 0
+
+
+@_client_command
+def _forget(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        reply = client.call("forget", session=args.session)
+    if reply["type"] == "error":
+        print(f"homeagent: {reply['message']}", file=sys.stderr)
+        return 1
+    print(f"forgot session {args.session}" if reply["forgotten"]
+          else f"no session {args.session}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from agent.api.client import default_socket
+    from agent.service.config import DEFAULT_PATH
+
     parser = argparse.ArgumentParser(prog="homeagent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="decode a built-in model stream and show the result")
-    demo.add_argument("--seed", type=int, default=7, help="seed of the random read sizes")
+    serve = sub.add_parser("serve", help="run the daemon")
+    serve.add_argument("--config", default=DEFAULT_PATH, help=f"default {DEFAULT_PATH}")
+    serve.add_argument("--check", action="store_true",
+                       help="check the config file and exit (0 good, 2 bad)")
+    serve.set_defaults(func=_serve)
+
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument("--socket", default=default_socket(),
+                        help="the daemon's socket ($HOMEAGENT_SOCKET, default %(default)s)")
+    client.add_argument("--json", action="store_true", help="print the replies as JSON")
+
+    ask = sub.add_parser("ask", parents=[client], help="ask the daemon; the answer streams")
+    ask.add_argument("prompt")
+    ask.add_argument("--session", help="continue this session (default: a new one)")
+    ask.add_argument("--provider", help="a configured provider (default: the config's)")
+    ask.add_argument("--reasoning", choices=("dim", "show", "hide"), default="dim",
+                     help="reasoning on stderr: dimmed (default), plain, or not at all")
+    ask.set_defaults(func=_ask)
+
+    status = sub.add_parser("status", parents=[client], help="the daemon's state")
+    status.set_defaults(func=_status)
+
+    history = sub.add_parser("history", parents=[client],
+                             help="list sessions, or show one session's history")
+    history.add_argument("session", nargs="?")
+    history.set_defaults(func=_history)
+
+    forget = sub.add_parser("forget", parents=[client], help="delete a session's history")
+    forget.add_argument("session")
+    forget.set_defaults(func=_forget)
+
+    demo = sub.add_parser("demo", help="start a mock model server and the daemon, ask, "
+                          "stream the answer, stop both")
+    demo.add_argument("question", nargs="*", help="default: a few questions that show "
+                      "streaming, reasoning and several languages")
     demo.set_defaults(func=_demo)
 
     decode = sub.add_parser("decode", help="print the events of a raw SSE response body")

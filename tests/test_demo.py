@@ -1,44 +1,42 @@
-"""The main job until the daemon lands: `homeagent demo`, and `homeagent decode`."""
+"""The main job: `homeagent demo` starts the mock model server and the
+daemon, asks over the socket and streams the answers; and `homeagent decode`."""
 
 import subprocess
 import sys
 
-from agent import demo
-from agent.stream import Protocol, StreamDecoder
-from agent.stream import events as ev
-
-EXPECTED_ANSWER = "".join(demo._ANSWER)
+from agent.mock_llm import scripts, wire
+from conftest import timeout
 
 
-def _text(events):
-    return "".join(e.text for e in events if isinstance(e, ev.TextDelta))
+def test_demo_runs_the_daemon_against_the_mock_and_stops_both_cleanly():
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "demo"], capture_output=True,
+                            text=True, timeout=timeout(120))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "READY=1" in out
+    # The three default questions: reasoning then its answer, Chinese, German.
+    assert f"[reasoning] {scripts.REASONING}\n{scripts.REASONED}\n" in out
+    assert f"{scripts.CHINESE}\n" in out
+    assert f"{scripts.GERMAN}\n" in out
+    assert "session 'demo' keeps 6 turns" in out
+    assert "daemon stopped (exit status 0)" in out
+    assert "mock-llm stopped (exit status 0)" in out
 
 
-def test_demo_command_prints_the_decoded_answer():
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "demo"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert f"answer:    {EXPECTED_ANSWER}" in result.stdout
-    assert ('tool call 0: read_sensor({"room": "living room"}) -> parsed {\'room\': \'living room\'}'
-            in result.stdout)
-    assert "finish:    stop (raw 'stop')" in result.stdout
-    assert "problem" not in result.stdout
-
-
-def test_demo_stream_decodes_the_same_at_every_split_point():
-    body = demo.sample_stream()
-    for cut in range(len(body) + 1):
-        decoder = StreamDecoder(Protocol.OPENAI_CHAT)
-        events = decoder.feed(body[:cut]) + decoder.feed(body[cut:]) + decoder.close()
-        assert _text(events) == EXPECTED_ANSWER, cut
-        assert events[-1] == ev.StreamEnd("[DONE]"), cut
+def test_demo_asks_a_given_question():
+    result = subprocess.run([sys.executable, "-m", "agent.cli", "demo", "Any emoji?"],
+                            capture_output=True, text=True, timeout=timeout(120))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"> Any emoji?\n{scripts.EMOJI}\n" in result.stdout
+    assert "session 'demo' keeps 2 turns" in result.stdout
 
 
 def test_decode_command_reads_a_body_from_stdin():
-    body = demo.sample_stream()
+    answer = scripts.Answer(scripts.GERMAN)
+    body = b"".join(wire.ChatCompletions.stream(answer, wire.Turn(model="m", seed="demo", input_tokens=3)))
     result = subprocess.run([sys.executable, "-m", "agent.cli", "decode", "-", "--read-size", "7"],
-                            input=body, capture_output=True, timeout=120)
+                            input=body, capture_output=True, timeout=timeout(60))
     assert result.returncode == 0, result.stderr
     out = result.stdout.decode()
-    assert "ToolCallStart(index=0, tool_index=0, call_id='call_demo_1', name='read_sensor'" in out
+    assert out.count("TextDelta(") >= 2
     assert out.rstrip().endswith("StreamEnd(sentinel='[DONE]')")

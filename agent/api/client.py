@@ -1,0 +1,106 @@
+"""A blocking client of the socket API, for the CLI and the demo: a plain
+socket and json, so a one-shot command starts fast (no trio, no httpx).
+
+    with Client(path) as client:
+        for reply in client.request("ask", prompt="Hello"):
+            ...   # started, delta..., then done or error
+
+request() yields the replies to its id up to the one that ends it;
+send() and replies() split it, for a caller that needs the id (to cancel).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from typing import Any, Iterator
+
+DEFAULT_SOCKET = "/run/homeagent/agent.sock"
+# The replies that end a request, by operation; ask and subscribe stream until one.
+_FINAL = {"ask": {"done", "error"}, "subscribe": {"error"}}
+_FINAL_DEFAULT = {"status", "sessions", "history", "ok", "error"}
+
+
+def default_socket() -> str:
+    return os.environ.get("HOMEAGENT_SOCKET") or DEFAULT_SOCKET
+
+
+class DaemonUnavailable(Exception):
+    """No daemon at the socket: str() says so and how to start one."""
+
+
+class ConnectionLost(Exception):
+    """The daemon closed the connection before the request ended."""
+
+
+class Client:
+    def __init__(self, path: str, timeout: float | None = None) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self._sock.close()
+            raise DaemonUnavailable(
+                f"the daemon is not running: nothing answers at {path} ({exc.strerror}). "
+                "Start it with `systemctl start homeagent` or `homeagent serve`, or pass "
+                "--socket") from None
+        except PermissionError:
+            self._sock.close()
+            raise DaemonUnavailable(f"no permission to connect to {path}: the socket is for "
+                                    "the daemon's group (see `homeagent status` as root)") from None
+        self._file = self._sock.makefile("rb")
+        self._ids = itertools.count(1)
+        hello = self._read()
+        if hello.get("type") == "error":
+            raise DaemonUnavailable(f"the daemon refused the connection: {hello.get('message')}")
+        self.hello = hello
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+    def send(self, op: str, **args: Any) -> int:
+        request_id = next(self._ids)
+        request = {"id": request_id, "op": op, **args}
+        try:
+            line = json.dumps(request, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (undecodable bytes in argv): sent escaped, the
+            # daemon then names the problem.
+            line = json.dumps(request).encode("ascii")
+        self._sock.sendall(line + b"\n")
+        return request_id
+
+    def request(self, op: str, **args: Any) -> Iterator[dict[str, Any]]:
+        return self.replies(self.send(op, **args), op)
+
+    def replies(self, request_id: int, op: str) -> Iterator[dict[str, Any]]:
+        final = _FINAL.get(op, _FINAL_DEFAULT)
+        while True:
+            reply = self._read()
+            if reply.get("id") not in (request_id, None):
+                continue  # the reply to an earlier request (a cancel's "ok")
+            yield reply
+            if reply.get("type") in final or reply.get("type") == "shutdown":
+                return
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """A request answered by one reply."""
+        *_, last = self.request(op, **args)
+        return last
+
+    def _read(self) -> dict[str, Any]:
+        line = self._file.readline()
+        if not line.endswith(b"\n"):
+            raise ConnectionLost(f"the daemon closed the connection at {self.path}")
+        return json.loads(line)

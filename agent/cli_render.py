@@ -1,0 +1,122 @@
+"""How the CLI shows replies on a terminal: the streamed answer, status,
+sessions and history. Plain functions of the replies, so they are tested
+without a daemon."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
+class AskPrinter:
+    """Streams an ask's replies: answer text to stdout as it arrives;
+    reasoning, tool calls, warnings and errors to stderr. exit_code is 0
+    after done, 1 after an error."""
+
+    def __init__(self, out: TextIO, err: TextIO, reasoning: str = "dim",
+                 as_json: bool = False) -> None:
+        self.out, self.err = out, err
+        self.reasoning = reasoning
+        self.as_json = as_json
+        self.exit_code = 1
+        self._in_reasoning = False
+        self._dim = reasoning == "dim" and err.isatty()
+
+    def show(self, reply: dict[str, Any]) -> None:
+        if self.as_json:
+            if reply.get("type") == "reasoning" and self.reasoning == "hide":
+                return
+            self.out.write(json.dumps(reply, ensure_ascii=False) + "\n")
+            self.out.flush()
+            if reply.get("type") == "done":
+                self.exit_code = 0
+            return
+        kind = reply.get("type")
+        if kind == "reasoning":
+            if self.reasoning != "hide":
+                if not self._in_reasoning:
+                    self.err.write(DIM if self._dim else "[reasoning] ")
+                self.err.write(reply["text"])
+                self.err.flush()
+                self._in_reasoning = True
+            return
+        self._end_reasoning()
+        if kind in ("delta", "refusal"):
+            self.out.write(reply["text"])
+            self.out.flush()
+        elif kind == "tool_call":
+            arguments = reply["arguments"]
+            if not isinstance(arguments, str):  # a string did not parse: shown as it came
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            self.err.write(f"[tool call {reply['name']}({arguments})]\n")
+        elif kind == "tool_result":
+            self.err.write(f"[tool result {reply.get('name')}: {reply.get('content')}]\n")
+        elif kind == "warning":
+            detail = f": {reply['detail']}" if reply.get("detail") else ""
+            self.err.write(f"[warning {reply['code']}{detail}]\n")
+        elif kind == "done":
+            self.out.write("\n")
+            self.out.flush()
+            self.exit_code = 0
+        elif kind in ("error", "shutdown"):
+            self.out.flush()
+            message = reply.get("message") or reply.get("reason")
+            self.err.write(f"\nhomeagent: {reply.get('code', kind)}: {message}\n")
+
+    def close(self) -> None:
+        """The replies stopped (connection lost): leave the terminal undimmed."""
+        self._end_reasoning()
+
+    def _end_reasoning(self) -> None:
+        if self._in_reasoning:
+            self.err.write((RESET if self._dim else "") + "\n")
+            self.err.flush()
+            self._in_reasoning = False
+
+
+def format_status(reply: dict[str, Any]) -> str:
+    lines = [f"{reply.get('server')} (protocol {reply.get('protocol')}), pid {reply.get('pid')}, "
+             f"up {reply.get('uptime', 0):.0f} s{', draining' if reply.get('draining') else ''}",
+             f"socket:  {reply.get('socket')}",
+             f"config:  {reply.get('config')}"]
+    for provider in reply.get("providers", []):
+        mark = " (default)" if provider.get("default") else ""
+        lines.append(f"provider {provider['name']}{mark}: {provider['protocol']} "
+                     f"{provider['model']} at {provider['base_url']}")
+    for device in reply.get("devices", []):
+        lines.append(f"device {device.get('name')}: {device.get('state')}")
+    lines.append(f"clients: {reply.get('clients')}, asks in flight: {len(reply.get('active', []))}")
+    counters = reply.get("counters", {})
+    if counters:
+        lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    return "\n".join(lines)
+
+
+def format_sessions(reply: dict[str, Any]) -> str:
+    sessions = reply.get("sessions", [])
+    if not sessions:
+        return "no sessions"
+    return "\n".join(f"{s['id']}: {s['turns']} turn{'' if s['turns'] == 1 else 's'}"
+                     for s in sessions)
+
+
+def format_history(reply: dict[str, Any]) -> str:
+    turns = reply.get("turns", [])
+    if not turns:
+        return f"session {reply.get('session')}: no history"
+    lines = []
+    for turn in turns:
+        role = turn.get("role")
+        if role == "user":
+            lines.append(f"you:   {turn['text']}")
+        elif role == "assistant":
+            for call in turn.get("tool_calls", []):
+                lines.append(f"tool:  {call['name']}({call['arguments']})")
+            if turn.get("text"):
+                lines.append(f"agent: {turn['text']}")
+        else:
+            failed = " (error)" if turn.get("is_error") else ""
+            lines.append(f"  ->   {turn.get('name')}{failed}: {turn.get('content')}")
+    return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""`homeagent serve`: the daemon. One trio nursery holds the socket API
+server (and through it every connection and ask), the signal handler, the
+watchdog and the status reporter; one httpx.AsyncClient carries every
+upstream request so keep-alive connections are reused.
+
+Start: config (a bad one stops here, naming file, line and key), logging,
+the history store, the listening socket (systemd's if it passed one),
+READY=1. SIGHUP: reload the config; a bad one is logged and the running one
+kept; the socket settings apply at the next start. SIGTERM or SIGINT:
+STOPPING=1, drain (asks get the grace time, then are cancelled, each client
+told why), exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import httpx
+import trio
+
+from agent import __version__
+from agent.api.protocol import PROTOCOL_VERSION
+from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
+from agent.service import log as logsetup
+from agent.service.config import Config, ConfigError, load
+from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
+from agent.session.runner import Runner, Upstream
+from agent.session.store import SessionStore
+
+log = logging.getLogger("homeagent.daemon")
+
+STATUS_INTERVAL = 10.0   # seconds between STATUS= updates, when something changed
+LISTEN_BACKLOG = 128
+# Idle keep-alive connections per upstream host; an ask rarely needs more than one.
+HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=8, keepalive_expiry=60)
+
+
+class StartupError(Exception):
+    """The daemon cannot start: the message says why."""
+
+
+@dataclass
+class _Socket:
+    listener: trio.SocketListener
+    where: str
+    created_path: str | None  # a path we bound and must remove at exit
+    inode: tuple[int, int] | None = None
+
+
+def main(config_path: str, environ: Mapping[str, str] = os.environ) -> int:
+    try:
+        config = load(config_path, environ)
+    except ConfigError as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 2
+    logsetup.setup(config.daemon.log_level, environ=environ)
+    try:
+        trio.run(_serve, config, environ)
+    except StartupError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+def upstreams_of(config: Config) -> dict[str, Upstream]:
+    return {name: Upstream(entry.provider, entry.retries)
+            for name, entry in config.providers.items()}
+
+
+async def _serve(config: Config, environ: Mapping[str, str]) -> None:
+    notifier = Notifier.from_environ(environ)
+    daemon = config.daemon
+    store = SessionStore(os.path.join(daemon.state_directory, "sessions"),
+                         max_turns=config.sessions.max_turns, max_bytes=config.sessions.max_bytes)
+    bound = _listen(config, environ)
+    started = time.monotonic()
+    state = {"config": config}
+
+    def status_extra() -> dict:
+        current = state["config"]
+        return {"server": f"homeagent {__version__}", "protocol": PROTOCOL_VERSION,
+                "pid": os.getpid(), "uptime": round(time.monotonic() - started, 3),
+                "config": current.path, "socket": bound.where,
+                "default_provider": current.default_provider,
+                "providers": [_provider_status(name, entry.provider, current)
+                              for name, entry in current.providers.items()],
+                "devices": []}
+
+    try:
+        async with httpx.AsyncClient(limits=HTTP_LIMITS, timeout=None) as client:
+            runner = Runner(store, client, upstreams_of(config), config.default_provider,
+                            config.sessions.system_prompt)
+            server = ApiServer(runner, server_name=f"homeagent {__version__}",
+                               access=Access(daemon.allow_users, daemon.allow_groups),
+                               limits=Limits(daemon.max_line_bytes, daemon.client_queue),
+                               status_extra=status_extra)
+            async with trio.open_nursery() as nursery:
+                async def api(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    await server.serve([bound.listener], task_status=task_status)
+                    nursery.cancel_scope.cancel()  # drained: the helper tasks end too
+
+                await nursery.start(api)
+                log.info("homeagent %s listening on %s; providers: %s (default %s)",
+                         __version__, bound.where, ", ".join(config.providers),
+                         config.default_provider)
+                notifier.ready(f"listening on {bound.where}")
+                interval = watchdog_interval(environ)
+                if interval is not None:
+                    nursery.start_soon(watchdog, notifier, interval)
+                nursery.start_soon(_report_status, notifier, server)
+                nursery.start_soon(_signals, nursery, notifier, server, runner, store, state)
+    finally:
+        _unlink(bound)
+        log.info("stopped")
+
+
+def _provider_status(name: str, provider, config: Config) -> dict:
+    # base_url without any user:password@ a user may have put in it
+    url = httpx.URL(provider.base_url)
+    shown = str(url.copy_with(username=None, password=None)) if url.userinfo else str(url)
+    return {"name": name, "protocol": provider.protocol, "model": provider.model,
+            "base_url": shown, "default": name == config.default_provider,
+            "key": bool(provider.api_key)}
+
+
+async def _signals(nursery: trio.Nursery, notifier: Notifier, server: ApiServer,
+                   runner: Runner, store: SessionStore, state: dict) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                _reload(notifier, server, runner, store, state)
+                continue
+            name = signal.Signals(signum).name
+            grace = state["config"].daemon.shutdown_grace
+            log.info("%s: draining (%d asks in flight, grace %g s)", name, len(server.flights),
+                     grace)
+            notifier.stopping(f"{name}: draining")
+            await server.drain(grace, f"the daemon is stopping ({name})")
+            # Connections normally close once their goodbye is written; one whose
+            # client does not read is not waited for beyond this.
+            await trio.sleep(GOODBYE_TIMEOUT * 2)
+            nursery.cancel_scope.cancel()
+            return
+
+
+def _reload(notifier: Notifier, server: ApiServer, runner: Runner, store: SessionStore,
+            state: dict) -> None:
+    old: Config = state["config"]
+    notifier.reloading()
+    try:
+        new = load(old.path)
+    except ConfigError as exc:
+        log.error("reload refused, the running configuration stays: %s", exc)
+        notifier.ready("reload refused: bad configuration; running on the old one")
+        return
+    runner.configure(upstreams_of(new), new.default_provider, new.sessions.system_prompt)
+    server.access = Access(new.daemon.allow_users, new.daemon.allow_groups)
+    server.limits = Limits(new.daemon.max_line_bytes, new.daemon.client_queue)
+    store.set_limits(max_turns=new.sessions.max_turns, max_bytes=new.sessions.max_bytes)
+    logsetup.set_level(new.daemon.log_level)
+    for key in ("socket", "socket_mode", "socket_group", "state_directory"):
+        if getattr(new.daemon, key) != getattr(old.daemon, key):
+            log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
+    state["config"] = new
+    log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
+             new.default_provider)
+    notifier.ready(f"reloaded; providers: {', '.join(new.providers)}")
+
+
+async def _report_status(notifier: Notifier, server: ApiServer) -> None:
+    last = None
+    while True:
+        await trio.sleep(STATUS_INTERVAL)
+        counters = server.counters
+        line = (f"{len(server.connections)} clients, {len(server.flights)} asks in flight, "
+                f"{counters['answered']} answered, {counters['failed']} failed")
+        if line != last:
+            notifier.status(line)
+            last = line
+
+
+# ---- the listening socket ----
+
+def _listen(config: Config, environ: Mapping[str, str]) -> _Socket:
+    activated = listen_fds(environ)
+    if activated:
+        if len(activated) > 1:
+            log.warning("systemd passed %d sockets; serving the first", len(activated))
+        sock = activated[0]
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            raise StartupError("the socket systemd passed is not a Unix stream socket")
+        return _Socket(trio.SocketListener(trio.socket.from_stdlib_socket(sock)),
+                       f"{sock.getsockname() or 'an unnamed socket'} (from systemd)", None)
+    return _bind(config.daemon.socket, config.daemon.socket_mode, config.daemon.socket_gid)
+
+
+def _bind(path: str, mode: int, gid: int | None) -> _Socket:
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create {directory}: {exc.strerror}") from None
+    _remove_stale(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Born private, then opened to the group: never a moment at umask's mode.
+    umask = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot bind {path}: {exc.strerror}") from None
+    finally:
+        os.umask(umask)
+    try:
+        if gid is not None:
+            os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except OSError as exc:
+        sock.close()
+        os.unlink(path)
+        raise StartupError(f"cannot set the owner or mode of {path}: {exc.strerror}") from None
+    sock.listen(LISTEN_BACKLOG)
+    info = os.stat(path)
+    return _Socket(trio.SocketListener(trio.socket.from_stdlib_socket(sock)), path, path,
+                   (info.st_dev, info.st_ino))
+
+
+def _remove_stale(path: str) -> None:
+    """A socket file left by a daemon that died is removed; one that still
+    answers, or a file that is not a socket, stops the start."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise StartupError(f"{path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)
+        return
+    except OSError as exc:
+        raise StartupError(f"{path} exists and cannot be checked: {exc.strerror}") from None
+    finally:
+        probe.close()
+    raise StartupError(f"another daemon is listening on {path}")
+
+
+def _unlink(bound: _Socket) -> None:
+    """Remove our socket file, unless a newer daemon has bound the path since."""
+    if bound.created_path is None:
+        return
+    try:
+        info = os.lstat(bound.created_path)
+        if (info.st_dev, info.st_ino) == bound.inode:
+            os.unlink(bound.created_path)
+    except FileNotFoundError:
+        pass
