@@ -334,11 +334,11 @@ class ApiServer:
                     log.exception("client %d: ask id=%r failed inside the daemon", conn.number,
                                   flight.request_id)
                     emit(error("internal_error", "the daemon failed on this ask; its log "
-                               "has the details"))
+                               "has the details", flight.request_id))
             if flight.scope.cancelled_caught:
                 outcome = "cancelled"
                 code, message = flight.cancel_reason or ("cancelled", "cancelled")
-                emit(error(code, message))
+                emit(error(code, message, flight.request_id))
         finally:
             self.counters[outcome] += 1
             del conn.flights[flight.request_id]

@@ -76,50 +76,127 @@ def upstreams_of(config: Config) -> dict[str, Upstream]:
 
 
 async def _serve(config: Config, environ: Mapping[str, str]) -> None:
-    notifier = Notifier.from_environ(environ)
-    daemon = config.daemon
-    store = SessionStore(os.path.join(daemon.state_directory, "sessions"),
-                         max_turns=config.sessions.max_turns, max_bytes=config.sessions.max_bytes)
-    bound = _listen(config, environ)
-    started = time.monotonic()
-    state = {"config": config}
+    # Signals are caught from the start (queued until the daemon reads them):
+    # a SIGTERM right after READY=1 must drain, not kill with the default action.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        store = SessionStore(os.path.join(config.daemon.state_directory, "sessions"),
+                             max_turns=config.sessions.max_turns,
+                             max_bytes=config.sessions.max_bytes)
+        bound = _listen(config, environ)
+        try:
+            async with httpx.AsyncClient(limits=HTTP_LIMITS, timeout=None) as client:
+                await _Daemon(config, environ, store, bound, client).run(signals)
+        finally:
+            _unlink(bound)
+            log.info("stopped")
 
-    def status_extra() -> dict:
-        current = state["config"]
+
+class _Daemon:
+    """The running daemon's parts, and what signals do to them."""
+
+    def __init__(self, config: Config, environ: Mapping[str, str], store: SessionStore,
+                 bound: _Socket, client: httpx.AsyncClient) -> None:
+        daemon = config.daemon
+        self.config = config
+        self.environ = environ
+        self.store = store
+        self.bound = bound
+        self.notifier = Notifier.from_environ(environ)
+        self.started = time.monotonic()
+        self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
+                             config.sessions.system_prompt)
+        self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
+                                access=Access(daemon.allow_users, daemon.allow_groups),
+                                limits=Limits(daemon.max_line_bytes, daemon.client_queue),
+                                status_extra=self.status_extra)
+
+    async def run(self, signals) -> None:
+        config = self.config
+        async with trio.open_nursery() as nursery:
+            async def api(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                await self.server.serve([self.bound.listener], task_status=task_status)
+                nursery.cancel_scope.cancel()  # drained: the helper tasks end too
+
+            await nursery.start(api)
+            log.info("homeagent %s listening on %s; providers: %s (default %s)",
+                     __version__, self.bound.where, ", ".join(config.providers),
+                     config.default_provider)
+            self.notifier.ready(f"listening on {self.bound.where}")
+            interval = watchdog_interval(self.environ)
+            if interval is not None:
+                nursery.start_soon(watchdog, self.notifier, interval)
+            nursery.start_soon(self.report_status)
+            nursery.start_soon(self.handle_signals, signals, nursery)
+
+    def status_extra(self) -> dict:
+        config = self.config
         return {"server": f"homeagent {__version__}", "protocol": PROTOCOL_VERSION,
-                "pid": os.getpid(), "uptime": round(time.monotonic() - started, 3),
-                "config": current.path, "socket": bound.where,
-                "default_provider": current.default_provider,
-                "providers": [_provider_status(name, entry.provider, current)
-                              for name, entry in current.providers.items()],
+                "pid": os.getpid(), "uptime": round(time.monotonic() - self.started, 3),
+                "config": config.path, "socket": self.bound.where,
+                "default_provider": config.default_provider,
+                "providers": [_provider_status(name, entry.provider, config)
+                              for name, entry in config.providers.items()],
                 "devices": []}
 
-    try:
-        async with httpx.AsyncClient(limits=HTTP_LIMITS, timeout=None) as client:
-            runner = Runner(store, client, upstreams_of(config), config.default_provider,
-                            config.sessions.system_prompt)
-            server = ApiServer(runner, server_name=f"homeagent {__version__}",
-                               access=Access(daemon.allow_users, daemon.allow_groups),
-                               limits=Limits(daemon.max_line_bytes, daemon.client_queue),
-                               status_extra=status_extra)
-            async with trio.open_nursery() as nursery:
-                async def api(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                    await server.serve([bound.listener], task_status=task_status)
-                    nursery.cancel_scope.cancel()  # drained: the helper tasks end too
+    async def handle_signals(self, signals, nursery: trio.Nursery) -> None:
+        # The loop keeps reading while the drain runs: a signal left unread
+        # would go to its default action when the receiver closes.
+        stopping = False
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if stopping:
+                log.info("%s: already stopping", name)
+            elif signum == signal.SIGHUP:
+                self.reload()
+            else:
+                stopping = True
+                nursery.start_soon(self.stop, name, nursery)
 
-                await nursery.start(api)
-                log.info("homeagent %s listening on %s; providers: %s (default %s)",
-                         __version__, bound.where, ", ".join(config.providers),
-                         config.default_provider)
-                notifier.ready(f"listening on {bound.where}")
-                interval = watchdog_interval(environ)
-                if interval is not None:
-                    nursery.start_soon(watchdog, notifier, interval)
-                nursery.start_soon(_report_status, notifier, server)
-                nursery.start_soon(_signals, nursery, notifier, server, runner, store, state)
-    finally:
-        _unlink(bound)
-        log.info("stopped")
+    async def stop(self, name: str, nursery: trio.Nursery) -> None:
+        grace = self.config.daemon.shutdown_grace
+        log.info("%s: draining (%d asks in flight, grace %g s)", name,
+                 len(self.server.flights), grace)
+        self.notifier.stopping(f"{name}: draining")
+        await self.server.drain(grace, f"the daemon is stopping ({name})")
+        # Connections normally close once their goodbye is written; one whose
+        # client does not read is not waited for beyond this.
+        await trio.sleep(GOODBYE_TIMEOUT * 2)
+        nursery.cancel_scope.cancel()
+
+    def reload(self) -> None:
+        old = self.config
+        self.notifier.reloading()
+        try:
+            new = load(old.path, self.environ)
+        except ConfigError as exc:
+            log.error("reload refused, the running configuration stays: %s", exc)
+            self.notifier.ready("reload refused: bad configuration; running on the old one")
+            return
+        self.runner.configure(upstreams_of(new), new.default_provider,
+                              new.sessions.system_prompt)
+        self.server.access = Access(new.daemon.allow_users, new.daemon.allow_groups)
+        self.server.limits = Limits(new.daemon.max_line_bytes, new.daemon.client_queue)
+        self.store.set_limits(max_turns=new.sessions.max_turns,
+                              max_bytes=new.sessions.max_bytes)
+        logsetup.set_level(new.daemon.log_level)
+        for key in ("socket", "socket_mode", "socket_group", "state_directory"):
+            if getattr(new.daemon, key) != getattr(old.daemon, key):
+                log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
+        self.config = new
+        log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
+                 new.default_provider)
+        self.notifier.ready(f"reloaded; providers: {', '.join(new.providers)}")
+
+    async def report_status(self) -> None:
+        last = None
+        while True:
+            await trio.sleep(STATUS_INTERVAL)
+            counters = self.server.counters
+            line = (f"{len(self.server.connections)} clients, {len(self.server.flights)} asks "
+                    f"in flight, {counters['answered']} answered, {counters['failed']} failed")
+            if line != last:
+                self.notifier.status(line)
+                last = line
 
 
 def _provider_status(name: str, provider, config: Config) -> dict:
@@ -129,62 +206,6 @@ def _provider_status(name: str, provider, config: Config) -> dict:
     return {"name": name, "protocol": provider.protocol, "model": provider.model,
             "base_url": shown, "default": name == config.default_provider,
             "key": bool(provider.api_key)}
-
-
-async def _signals(nursery: trio.Nursery, notifier: Notifier, server: ApiServer,
-                   runner: Runner, store: SessionStore, state: dict) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                _reload(notifier, server, runner, store, state)
-                continue
-            name = signal.Signals(signum).name
-            grace = state["config"].daemon.shutdown_grace
-            log.info("%s: draining (%d asks in flight, grace %g s)", name, len(server.flights),
-                     grace)
-            notifier.stopping(f"{name}: draining")
-            await server.drain(grace, f"the daemon is stopping ({name})")
-            # Connections normally close once their goodbye is written; one whose
-            # client does not read is not waited for beyond this.
-            await trio.sleep(GOODBYE_TIMEOUT * 2)
-            nursery.cancel_scope.cancel()
-            return
-
-
-def _reload(notifier: Notifier, server: ApiServer, runner: Runner, store: SessionStore,
-            state: dict) -> None:
-    old: Config = state["config"]
-    notifier.reloading()
-    try:
-        new = load(old.path)
-    except ConfigError as exc:
-        log.error("reload refused, the running configuration stays: %s", exc)
-        notifier.ready("reload refused: bad configuration; running on the old one")
-        return
-    runner.configure(upstreams_of(new), new.default_provider, new.sessions.system_prompt)
-    server.access = Access(new.daemon.allow_users, new.daemon.allow_groups)
-    server.limits = Limits(new.daemon.max_line_bytes, new.daemon.client_queue)
-    store.set_limits(max_turns=new.sessions.max_turns, max_bytes=new.sessions.max_bytes)
-    logsetup.set_level(new.daemon.log_level)
-    for key in ("socket", "socket_mode", "socket_group", "state_directory"):
-        if getattr(new.daemon, key) != getattr(old.daemon, key):
-            log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
-    state["config"] = new
-    log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
-             new.default_provider)
-    notifier.ready(f"reloaded; providers: {', '.join(new.providers)}")
-
-
-async def _report_status(notifier: Notifier, server: ApiServer) -> None:
-    last = None
-    while True:
-        await trio.sleep(STATUS_INTERVAL)
-        counters = server.counters
-        line = (f"{len(server.connections)} clients, {len(server.flights)} asks in flight, "
-                f"{counters['answered']} answered, {counters['failed']} failed")
-        if line != last:
-            notifier.status(line)
-            last = line
 
 
 # ---- the listening socket ----
