@@ -108,6 +108,7 @@ class _Connection:
     flights: dict = field(default_factory=dict)     # request id -> _Flight
     subscription: tuple[Any, bool] | None = None    # (request id, with reasoning)
     overflowed: bool = False
+    mid_write: bool = False  # a send was cut off: the client may hold half a line
 
     def send(self, reply: dict[str, Any]) -> None:
         """Queue a reply without waiting; a full queue ends the connection."""
@@ -205,16 +206,18 @@ class ApiServer:
                             number, peer, self.limits.client_queue)
                 await self._goodbye(stream, error(
                     "overflow", f"more than {self.limits.client_queue} replies were "
-                    "waiting to be read; the connection is closed"))
+                    "waiting to be read; the connection is closed"), conn.mid_write)
             else:
                 await trio.aclose_forcefully(stream)
             log.info("client %d: disconnected", number)
 
-    async def _goodbye(self, stream: trio.SocketStream, reply: dict[str, Any]) -> None:
-        """A last line, if the client's socket takes it soon, then close."""
+    async def _goodbye(self, stream: trio.SocketStream, reply: dict[str, Any],
+                       after_partial_line: bool = False) -> None:
+        """A last line, if the client's socket takes it soon, then close. After
+        a send that was cut off, a newline first ends the broken line."""
         with trio.move_on_after(GOODBYE_TIMEOUT):
             try:
-                await stream.send_all(encode(reply))
+                await stream.send_all(b"\n" * after_partial_line + encode(reply))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         await trio.aclose_forcefully(stream)
@@ -251,7 +254,9 @@ class ApiServer:
                         batch += encode(conn.inbox.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
+                conn.mid_write = True
                 await conn.stream.send_all(batch)
+                conn.mid_write = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.info("client %d: gone; its requests are cancelled", conn.number)
         conn.scope.cancel()
@@ -339,6 +344,9 @@ class ApiServer:
                 outcome = "cancelled"
                 code, message = flight.cancel_reason or ("cancelled", "cancelled")
                 emit(error(code, message, flight.request_id))
+        except trio.Cancelled:
+            outcome = "cancelled"  # the whole connection: gone, overflowed or shut down
+            raise
         finally:
             self.counters[outcome] += 1
             del conn.flights[flight.request_id]

@@ -33,6 +33,7 @@ from agent.providers import (
     stream_answer,
 )
 from agent.providers.requests import Provider
+from agent.session.store import check_session_id
 from agent.stream import events as ev
 from agent.stream.message import Message
 
@@ -89,48 +90,62 @@ class Runner:
             raise AskFailed("unknown_provider", f"no provider named {name!r}; configured: "
                             f"{', '.join(sorted(self.upstreams))}")
         session = session or "s-" + secrets.token_hex(6)
+        try:
+            check_session_id(session)
+        except ValueError as exc:
+            raise AskFailed("bad_session", str(exc)) from None
         lock = self._session_locks.setdefault(session, trio.Lock())
-        async with lock:
-            try:
-                turns = await self._store(self.store.load, session)
-            except ValueError as exc:
-                raise AskFailed("bad_session", str(exc)) from None
-            provider = upstream.provider
-            emit({"type": "started", "session": session, "provider": provider.name,
-                  "model": provider.model})
-            user = UserTurn(prompt)
-            conversation = Conversation(self.system_prompt, [*turns, user])
+        try:
+            async with lock:
+                await self._exchange(prompt, session, upstream, lock, emit)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting \
+                    and self._session_locks.get(session) is lock:
+                del self._session_locks[session]  # no ask of this session left
 
-            async def forward(event: object) -> None:
-                reply = event_reply(event)
-                if reply is not None:
-                    emit(reply)
+    async def _exchange(self, prompt: str, session: str, upstream: Upstream, lock: trio.Lock,
+                        emit: Emit) -> None:
+        turns = await self._store(self.store.load, session)
+        provider = upstream.provider
+        emit({"type": "started", "session": session, "provider": provider.name,
+              "model": provider.model})
+        user = UserTurn(prompt)
+        conversation = Conversation(self.system_prompt, [*turns, user])
 
-            try:
-                answer = await stream_answer(self.client, provider, conversation,
-                                             on_event=forward, retries=upstream.retries)
-            except ProviderHTTPError as exc:
-                raise AskFailed("upstream_http", str(exc), status=exc.status) from None
-            except UpstreamError as exc:
-                raise AskFailed("upstream_unavailable", str(exc)) from None
-            if answer.provider_error is not None:
-                error = answer.provider_error
-                raise AskFailed("provider_error", f"{provider.name}: "
-                                f"{error.message or 'error event without a message'}",
-                                provider_type=error.type)
-            if not answer.ok:
-                why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
-                                             else "the stream ended early")
-                raise AskFailed("interrupted", f"{provider.name}: the answer was cut short "
-                                f"({why}); not kept in the history",
-                                text=answer.message.text)
-            if self._session_locks.get(session) is not lock:
-                # Forgotten while this ask ran: its exchange must not bring
-                # the session back.
-                raise AskFailed("forgotten", f"session {session!r} was forgotten during "
-                                "the ask; the answer is not kept")
-            await self._store(self.store.commit, session, [user, AssistantTurn(answer.message)])
-            emit(done_reply(session, answer.message, answer.attempts))
+        async def forward(event: object) -> None:
+            reply = event_reply(event)
+            if reply is not None:
+                emit(reply)
+                # One network read can decode into many replies: let the
+                # clients' writers run between them, so a reading client's
+                # queue measures its reading, not the upstream's chunking.
+                await trio.lowlevel.checkpoint()
+
+        try:
+            answer = await stream_answer(self.client, provider, conversation,
+                                         on_event=forward, retries=upstream.retries)
+        except ProviderHTTPError as exc:
+            raise AskFailed("upstream_http", str(exc), status=exc.status) from None
+        except UpstreamError as exc:
+            raise AskFailed("upstream_unavailable", str(exc)) from None
+        if answer.provider_error is not None:
+            error = answer.provider_error
+            raise AskFailed("provider_error", f"{provider.name}: "
+                            f"{error.message or 'error event without a message'}",
+                            provider_type=error.type)
+        if not answer.ok:
+            why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
+                                         else "the stream ended early")
+            raise AskFailed("interrupted", f"{provider.name}: the answer was cut short "
+                            f"({why}); not kept in the history",
+                            text=answer.message.text)
+        if self._session_locks.get(session) is not lock:
+            # Forgotten while this ask ran: its exchange must not bring
+            # the session back.
+            raise AskFailed("forgotten", f"session {session!r} was forgotten during "
+                            "the ask; the answer is not kept")
+        await self._store(self.store.commit, session, [user, AssistantTurn(answer.message)])
+        emit(done_reply(session, answer.message, answer.attempts))
 
     async def forget(self, session: str) -> bool:
         self._session_locks.pop(session, None)  # an ask in flight sees it gone

@@ -74,13 +74,13 @@ class SessionStore:
 
     def load(self, session_id: str) -> list:
         """The session's turns (a new list); [] for a session never committed."""
-        session = self._sessions.get(_checked(session_id))
+        session = self._sessions.get(check_session_id(session_id))
         return list(session.turns) if session else []
 
     def commit(self, session_id: str, new_turns: list) -> list:
         """Append the turns of one finished exchange, trim to the limits and
         write the file; returns the turns trimmed away, oldest first."""
-        old = self._sessions.get(_checked(session_id))
+        old = self._sessions.get(check_session_id(session_id))
         turns = (old.turns if old else []) + list(new_turns)
         # ASCII JSON: a lone surrogate (a client may send "\ud800") still encodes.
         encoded = [json.dumps(turn_to_json(turn), separators=(",", ":")).encode("ascii")
@@ -97,7 +97,7 @@ class SessionStore:
 
     def forget(self, session_id: str) -> bool:
         """Delete the session from memory and disk; False if there is none."""
-        if _checked(session_id) not in self._sessions:
+        if check_session_id(session_id) not in self._sessions:
             return False
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(session_id))
@@ -173,7 +173,8 @@ class SessionStore:
         return os.path.join(self.directory, session_id + _SUFFIX)
 
 
-def _checked(session_id: str) -> str:
+def check_session_id(session_id: str) -> str:
+    """The id itself when it can name a session file; ValueError says why not."""
     if not isinstance(session_id, str) or not SESSION_ID.fullmatch(session_id):
         raise ValueError(f"bad session id {session_id!r}: 1 to 64 letters, digits, '.', '_' "
                          "or '-', not starting with '.', '_' or '-'")
