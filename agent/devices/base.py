@@ -1,0 +1,185 @@
+"""The device handler interface: what a handler is given and what it offers.
+
+A handler (SerialDevice, CommandDevice, ...) is configured by a
+`[devices.NAME]` table. The hub (agent/devices/hub.py) runs each one in
+its own task with its own bounded inbox, restarts it with backoff when
+run() raises, and reaches its tools through call_tool(). Handlers never see
+each other, and a handler never blocks the stream: while it is down, its
+events are dropped and counted.
+
+Events are the replies of asks as the socket API sends them
+(docs/protocol.md: started, delta, reasoning, tool_call, tool_result, done,
+error), plus `sentence`: the answer's text cut by the segmenter
+(agent/devices/segmenter.py) for handlers that speak or display it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, ClassVar, Mapping
+
+import trio
+
+EVENT_TYPES = frozenset({"started", "delta", "sentence", "reasoning", "tool_call",
+                         "tool_result", "done", "error"})
+TEXT_EVENTS = frozenset({"delta", "sentence", "reasoning"})
+
+
+class Overflow(enum.Enum):
+    """What a full inbox does with the next event."""
+    BLOCK = "block"              # the stream waits, up to the device's block_timeout, then drops
+    DROP_OLDEST = "drop_oldest"  # the oldest queued event makes room
+    COALESCE = "coalesce"        # text joins the newest queued text of its kind; else drop oldest
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str
+    data: Mapping[str, Any]   # the reply's fields, without id
+    request: Mapping[str, Any]  # where it came from: {"client", "id", "session"} or {"device"}
+
+    @property
+    def text(self) -> str:
+        return self.data.get("text", "")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool a device offers the model; parameters is a JSON Schema object
+    (checked when the config loads)."""
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    timeout: float = 10.0
+
+
+class ToolError(Exception):
+    """A tool that ran and failed: str() is what the model is told."""
+
+
+class SettingError(ValueError):
+    """A bad device setting: key (dotted, within the device's table) and problem."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
+
+
+@dataclass(frozen=True)
+class Common:
+    """Settings every device has (see the README's device section)."""
+    name: str
+    events: frozenset[str]
+    queue: int = 64
+    overflow: Overflow = Overflow.COALESCE
+    block_timeout: float = 2.0
+    restart_max_delay: float = 30.0
+    sentence_max_chars: int = 200
+    first_sentence_chars: int = 0
+    tools: tuple[ToolSpec, ...] = ()
+
+
+class Device:
+    """Base of the handlers. A subclass sets `kind` and DEFAULT_EVENTS and
+    implements from_settings(), run() and, if it offers tools, call_tool()."""
+
+    kind: ClassVar[str]
+    DEFAULT_EVENTS: ClassVar[frozenset[str]]
+
+    def __init__(self, common: Common) -> None:
+        self.common = common
+        self.name = common.name
+
+    @classmethod
+    def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> "Device":
+        """Build from the device's own keys (the common ones are removed);
+        raise SettingError naming a bad key."""
+        raise NotImplementedError
+
+    async def run(self, inbox: "Inbox", prompt: Prompt,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Open the device, call task_status.started(), then handle events
+        until cancelled. Raise (any exception) when the device fails or is
+        lost: the hub reports it and runs this again after a backoff."""
+        raise NotImplementedError
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """Run one of this device's tools (arguments already valid against
+        its schema); the hub applies the timeout. Raise ToolError on failure."""
+        raise ToolError(f"device {self.name} has no tool {name!r}")
+
+    def status(self) -> dict[str, Any]:
+        """Extra fields for the status reply (port, connected, ...)."""
+        return {}
+
+
+@dataclass
+class Inbox:
+    """A device's bounded queue of events, with its overflow policy. The hub
+    puts; the device gets (`async for event in inbox`)."""
+    size: int
+    overflow: Overflow
+    block_timeout: float = 2.0
+    dropped: int = 0
+    coalesced: int = 0
+    _events: deque = field(default_factory=deque)
+    _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+    _writable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def clear(self) -> None:
+        self.dropped += len(self._events)
+        self._events.clear()
+        self._writable.unpark_all()
+
+    async def put(self, event: Event) -> None:
+        if len(self._events) >= self.size:
+            if self.overflow is Overflow.BLOCK:
+                with trio.move_on_after(self.block_timeout):
+                    while len(self._events) >= self.size:
+                        await self._writable.park()
+                if len(self._events) >= self.size:
+                    self.dropped += 1
+                    return
+            elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
+                self._events.popleft()
+                self.dropped += 1
+            else:
+                return
+        self._events.append(event)
+        self._readable.unpark()
+
+    def _coalesce(self, event: Event) -> bool:
+        """Join a text event to the newest queued event when that is text of
+        the same kind and request (joining further back would reorder)."""
+        if event.type not in TEXT_EVENTS or not self._events:
+            return False
+        newest = self._events[-1]
+        if newest.type != event.type or newest.request != event.request:
+            return False
+        joiner = " " if event.type == "sentence" else ""
+        self._events[-1] = Event(newest.type, {**newest.data, "text": newest.text + joiner
+                                               + event.text}, newest.request)
+        self.coalesced += 1
+        return True
+
+    async def get(self) -> Event:
+        while not self._events:
+            await self._readable.park()
+        event = self._events.popleft()
+        self._writable.unpark()
+        return event
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Event:
+        return await self.get()

@@ -1,0 +1,250 @@
+"""CommandDevice: runs a configured program for each sentence or each answer
+(espeak-ng for speech, a notifier, ...) and offers programs as tools.
+
+Arguments are passed as argv, never through a shell. In an argument,
+`{text}` (the sentence, the whole answer, or an error's message) and
+`{session}` are replaced, whole or inside a longer argument, and the text
+stays one argument whatever it holds; `{{` and `}}` are literal braces. A
+placeholder is a bare name: no conversion, format spec, index or attribute.
+
+Settings (the device's own keys):
+- argv: the program (a name on PATH or an absolute path, resolved when the
+  config loads) and its arguments.
+- per: "sentence" (default) runs at each `sentence` event, "answer" once at
+  `done` with the whole answer. An `error` event runs the program with the
+  error's message, so a failed ask is heard too; an empty text runs nothing.
+- stdin: true also writes the text, with a newline, to the program's stdin.
+- timeout: seconds a run may take (default 30); then the program's process
+  group gets SIGTERM and, KILL_GRACE seconds later, SIGKILL.
+- max_output: bytes kept of stdout (its head) and stderr (its tail) for
+  reports and tool results (default 4096).
+- tool_argv: tool name -> argv, one for each of the device's tools; its
+  placeholders are properties of the tool's parameters: a string goes in
+  as it is, anything else as JSON (true, 3, 0.5). stdout, stripped, is the
+  result; a non-zero exit or a timeout is a ToolError.
+
+Runs are one at a time, in order (speech stays in order). A run that fails
+is logged and counted (status()), and the next event runs: one bad sentence
+does not restart the device. A program that cannot be started at all
+(gone, no longer executable) raises out of run(): the hub reports the
+device failed and starts it again after a backoff, and run() then fails
+until the program is back.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import trio
+
+from agent.devices import templates
+from agent.devices.base import Common, Device, Inbox, Prompt, SettingError, ToolError, ToolSpec
+
+log = logging.getLogger("homeagent.devices")
+
+KILL_GRACE = 1.0  # seconds from SIGTERM to SIGKILL
+_PLACEHOLDERS = frozenset({"text", "session"})
+_KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv"})
+
+
+def _argument(value: str) -> str:
+    """`value` as argv can carry it: a C string ends at NUL, and a lone
+    surrogate cannot be encoded. Dropped or replaced, so that such a text
+    still runs instead of failing the device."""
+    return value.replace("\0", "").encode("utf-8", "replace").decode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class _Argv:
+    """A checked argv template."""
+    program: str        # as configured, for reports
+    path: str           # resolved when the config loads
+    args: tuple[templates.Template, ...]  # the arguments after the program
+
+    def render(self, values: Mapping[str, Any]) -> list[str]:
+        """Raises ToolError naming a placeholder without a value."""
+        return [self.path, *(_argument(templates.render(arg, values)) for arg in self.args)]
+
+
+def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        raise SettingError(key, "must be a non-empty list of strings: the program and "
+                                "its arguments")
+    if any(name is not None for _, name in templates.parse(key, argv[0], ())):
+        raise SettingError(key, "the program (argument 0) cannot be a placeholder")
+    args = tuple(templates.parse(key, arg, names, where=f"argument {index} {arg!r}: ")
+                 for index, arg in enumerate(argv[1:], 1))
+    program = templates.render(templates.parse(key, argv[0], ()), {})
+    if "/" in program and not os.path.isabs(program):
+        raise SettingError(key, f"program {program!r}: a name on PATH or an absolute path")
+    path = shutil.which(program)
+    if path is None:
+        raise SettingError(key, f"program {program!r} not found or not executable")
+    return _Argv(program, path, args)
+
+
+def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
+    if not isinstance(table, Mapping):
+        raise SettingError("tool_argv", "must be a table: tool name = argv")
+    specs = {tool.name: tool for tool in tools}
+    for name in table:
+        if name not in specs:
+            raise SettingError(f"tool_argv.{name}", "this device has no such tool")
+    argvs = {}
+    for name, spec in specs.items():
+        if name not in table:
+            raise SettingError(f"tool_argv.{name}", "missing: each tool of this device "
+                                                    "runs its own argv")
+        argvs[name] = _parse_argv(f"tool_argv.{name}", table[name],
+                                  frozenset(spec.parameters.get("properties", {})))
+    return argvs
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    exit: int | None  # None: killed at the timeout
+    seconds: float
+    stdout: str       # head
+    stderr: str       # tail
+
+
+def _exited(code: int) -> str:
+    return f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
+async def _terminate(process: trio.Process) -> None:
+    """run_process's deliver_cancel. The program leads a process group of its
+    own, so a shell's children get the signals too."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        await trio.sleep(KILL_GRACE)  # cancelled by run_process as soon as it exits
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # gone already
+        pass
+
+
+class CommandDevice(Device):
+    kind = "command"
+    DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
+
+    def __init__(self, common: Common, argv: _Argv, *, per: str, stdin: bool,
+                 timeout: float, max_output: int, tools: Mapping[str, _Argv]) -> None:
+        super().__init__(common)
+        self.argv, self.per, self.stdin = argv, per, stdin
+        self.timeout, self.max_output, self.tools = timeout, max_output, dict(tools)
+        self.runs = self.failures = self.timeouts = 0  # a timeout is not also a failure
+        self.last_run: dict[str, Any] | None = None
+
+    @classmethod
+    def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
+        for key in settings:
+            if key not in _KEYS:
+                raise SettingError(key, "unknown setting (known: " + ", ".join(sorted(_KEYS))
+                                   + ")")
+        if "argv" not in settings:
+            raise SettingError("argv", "required: the program and its arguments")
+        argv = _parse_argv("argv", settings["argv"], _PLACEHOLDERS)
+        per = settings.get("per", "sentence")
+        if per not in ("sentence", "answer"):
+            raise SettingError("per", f'"sentence" or "answer", not {per!r}')
+        stdin = settings.get("stdin", False)
+        if not isinstance(stdin, bool):
+            raise SettingError("stdin", "must be true or false")
+        timeout = settings.get("timeout", 30.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise SettingError("timeout", "must be a positive number of seconds")
+        max_output = settings.get("max_output", 4096)
+        if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 0:
+            raise SettingError("max_output", "must be a whole number of bytes, 0 or more")
+        return cls(common, argv, per=per, stdin=stdin, timeout=float(timeout),
+                   max_output=max_output,
+                   tools=_tool_argvs(common.tools, settings.get("tool_argv", {})))
+
+    async def run(self, inbox: Inbox, prompt: Prompt,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if shutil.which(self.argv.path) is None:
+            raise FileNotFoundError(errno.ENOENT, "program not found or not executable",
+                                    self.argv.path)
+        task_status.started()
+        trigger = "sentence" if self.per == "sentence" else "done"
+        async for event in inbox:
+            if event.type == trigger:
+                text = event.text
+            elif event.type == "error":
+                text = event.data.get("message", "")
+            else:
+                continue
+            if text:
+                await self._run_for(text, event.request.get("session") or "")
+
+    async def _run_for(self, text: str, session: str) -> None:
+        argv = self.argv.render({"text": text, "session": session})
+        try:
+            run = await self._execute(self.argv.program, argv,
+                                      (text + "\n").encode("utf-8", "replace")
+                                      if self.stdin else b"")
+        except OSError:
+            self.failures += 1
+            raise
+        finally:
+            self.runs += 1  # counted once done, with its outcome
+        if run.exit is None:
+            self.timeouts += 1
+        elif run.exit != 0:
+            self.failures += 1
+        self.last_run = {"exit": run.exit, "timed_out": run.exit is None,
+                         "seconds": round(run.seconds, 3), "stdout": run.stdout,
+                         "stderr": run.stderr}
+
+    async def _execute(self, program: str, argv: list[str], stdin: bytes) -> _Run:
+        """Run argv to completion or to the timeout, and log how it went."""
+        start = trio.current_time()
+        with trio.move_on_after(self.timeout) as scope:
+            done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
+                                          capture_stderr=True, check=False,
+                                          start_new_session=True, deliver_cancel=_terminate)
+        seconds = trio.current_time() - start
+        if scope.cancelled_caught:
+            log.warning("device %s: %s killed after %.2f s (timeout %g s)", self.name,
+                        program, seconds, self.timeout)
+            return _Run(None, seconds, "", "")
+        run = _Run(done.returncode, seconds,
+                   done.stdout[:self.max_output].decode("utf-8", "replace"),
+                   done.stderr[max(0, len(done.stderr) - self.max_output):]
+                   .decode("utf-8", "replace"))
+        if run.exit == 0:
+            log.info("device %s: %s exited with status 0 in %.2f s", self.name, program,
+                     seconds)
+        else:
+            log.warning("device %s: %s %s in %.2f s: %s", self.name, program,
+                        _exited(run.exit), seconds, run.stderr.strip())
+        return run
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        template = self.tools.get(name)
+        if template is None:
+            return await super().call_tool(name, arguments)
+        argv = template.render(arguments)
+        try:
+            run = await self._execute(template.program, argv, b"")
+        except OSError as error:
+            raise ToolError(f"{name}: {template.program} could not be started: "
+                            f"{error.strerror or error}") from None
+        if run.exit is None:
+            raise ToolError(f"{name}: {template.program} took longer than {self.timeout:g} s "
+                            "and was killed")
+        if run.exit != 0:
+            raise ToolError(f"{name}: {template.program} {_exited(run.exit)}: "
+                            f"{run.stderr.strip() or 'no error output'}")
+        return run.stdout.strip()
+
+    def status(self) -> dict[str, Any]:
+        return {"program": self.argv.program, "per": self.per, "runs": self.runs,
+                "failures": self.failures, "timeouts": self.timeouts,
+                "last_run": self.last_run}

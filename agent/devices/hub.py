@@ -1,0 +1,255 @@
+"""The device hub: where the replies of every ask go after the socket API,
+and where the model's tool calls reach a device.
+
+- publish(): each reply goes into the inbox of every device that wants its
+  type, under the device's overflow policy; deltas are also cut into
+  sentences (one segmenter per device and ask) for devices that want those.
+  A device that is down gets nothing: its events are dropped and counted.
+- run(): one supervisor task per device. run() of a device that raises is
+  reported (log, status, a `device` event to subscribers) and started again
+  after a backoff that doubles up to the device's restart_max_delay.
+- call_tool(): validates the model's arguments against the tool's schema
+  and runs the tool on its device under the tool's timeout. Every failure
+  becomes an error result for the model, never an exception.
+- A line typed on a device (prompt) becomes an ask, run in the hub's own
+  nursery so the device keeps reading while it is answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Awaitable, Callable, Mapping
+
+import trio
+
+from agent.devices.base import Common, Device, Event, Inbox, ToolError, ToolSpec
+from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.providers.requests import Tool
+from agent.stream.message import ToolCall
+
+log = logging.getLogger("homeagent.devices")
+
+INITIAL_BACKOFF = 0.5
+STABLE_AFTER = 30.0          # a device that ran this long restarts with the initial backoff
+MAX_PENDING_PROMPTS = 4      # asks from one device waiting or running; more are refused
+RESULT_LIMIT = 16 * 1024     # characters of a tool result sent to the model
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A configured device: its common settings, its class and own settings
+    (already checked once by the config loader through from_settings)."""
+    common: Common
+    cls: type
+    settings: Mapping[str, Any]
+
+    def build(self) -> Device:
+        return self.cls.from_settings(self.common, self.settings)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    content: str
+    is_error: bool
+
+
+@dataclass(eq=False)
+class _Running:
+    device: Device
+    inbox: Inbox
+    state: str = "starting"        # starting, running, failed
+    since: float = 0.0
+    restarts: int = 0
+    last_error: str | None = None
+    prompts: int = 0
+    segmenters: dict = field(default_factory=dict)  # request key -> Segmenter
+
+
+class _Started:
+    """The task_status a device's run() reports to: it marks the device running."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+
+    def started(self, value: object = None) -> None:
+        self._callback()
+
+
+def _describe(exc: BaseException) -> str:
+    # A handler's own nursery wraps its failure in a group of one.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+AskHook = Callable[[str, str], Awaitable[None]]        # (device name, prompt)
+StateHook = Callable[[dict[str, Any]], None]          # a `device` reply for subscribers
+
+
+class DeviceHub:
+    def __init__(self, specs: Mapping[str, DeviceSpec]) -> None:
+        self._devices: dict[str, _Running] = {}
+        self._tools: dict[str, tuple[str, ToolSpec]] = {}
+        for name, spec in specs.items():
+            common = spec.common
+            self._devices[name] = _Running(spec.build(), Inbox(common.queue, common.overflow,
+                                                                 common.block_timeout))
+            for tool in common.tools:
+                self._tools[tool.name] = (name, tool)
+        self._nursery: trio.Nursery | None = None
+        self._ask: AskHook | None = None
+        self._on_state: StateHook | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._devices)
+
+    # ---- running the devices ----
+
+    async def run(self, ask: AskHook, on_state: StateHook,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Supervise every device until cancelled."""
+        self._ask, self._on_state = ask, on_state
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for running in self._devices.values():
+                nursery.start_soon(self._supervise, running)
+            task_status.started()
+
+    async def _supervise(self, running: _Running) -> None:
+        device = running.device
+        backoff = INITIAL_BACKOFF
+        while True:
+            running.state, running.since = "starting", time.monotonic()
+            try:
+                await device.run(running.inbox, partial(self._prompt, running),
+                                 task_status=_Started(partial(self._set_state, running,
+                                                              "running")))
+                error = "run() returned"  # a handler should run until cancelled
+            except Exception as exc:  # any failure of one device is that device's alone
+                error = _describe(exc)
+            if time.monotonic() - running.since >= STABLE_AFTER:
+                backoff = INITIAL_BACKOFF
+            running.restarts += 1
+            self._set_state(running, "failed", error, backoff)
+            running.inbox.clear()
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, device.common.restart_max_delay)
+
+    def _set_state(self, running: _Running, state: str, error: str | None = None,
+                   retry_in: float | None = None) -> None:
+        running.state, running.since = state, time.monotonic()
+        reply: dict[str, Any] = {"type": "device", "device": running.device.name, "state": state}
+        if error is not None:
+            running.last_error = error
+            reply.update(error=error, retry_in=retry_in)
+            log.warning("device %s failed (%s); next start in %g s", running.device.name,
+                        error, retry_in)
+        else:
+            log.info("device %s %s", running.device.name, state)
+        if self._on_state is not None:
+            self._on_state(reply)
+
+    async def _prompt(self, running: _Running, text: str) -> None:
+        name = running.device.name
+        if running.prompts >= MAX_PENDING_PROMPTS:
+            log.warning("device %s: a prompt was refused: %d of its asks are still pending",
+                        name, running.prompts)
+            return
+        running.prompts += 1
+        self._nursery.start_soon(self._device_ask, running, text)
+
+    async def _device_ask(self, running: _Running, text: str) -> None:
+        try:
+            await self._ask(running.device.name, text)
+        finally:
+            running.prompts -= 1
+
+    # ---- events ----
+
+    async def publish(self, reply: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+        """One reply of an ask (without its id) to every device that wants it."""
+        kind = reply["type"]
+        data = {k: v for k, v in reply.items() if k not in ("type", "id", "request")}
+        key = (request.get("client"), request.get("id"), request.get("device"))
+        for running in self._devices.values():
+            if running.state != "running":
+                if running.device.common.events & {kind, "sentence"}:
+                    running.inbox.dropped += 1
+                continue
+            wants = running.device.common.events
+            events = [Event(kind, data, request)] if kind in wants else []
+            if "sentence" in wants and kind in ("delta", "done", "error"):
+                sentences = [Event("sentence", {"text": sentence}, request) for sentence
+                             in self._sentences(running, key, kind, data.get("text", ""))]
+                # The answer's last sentences come before its done or error.
+                events = events + sentences if kind == "delta" else sentences + events
+            for event in events:
+                await running.inbox.put(event)
+
+    @staticmethod
+    def _sentences(running: _Running, key, kind: str, text: str) -> list[str]:
+        common = running.device.common
+        segmenter = running.segmenters.get(key)
+        if kind == "delta":
+            if segmenter is None:
+                segmenter = running.segmenters[key] = Segmenter(SegmenterConfig(
+                    max_chars=common.sentence_max_chars,
+                    first_min_chars=common.first_sentence_chars))
+            return segmenter.feed(text)
+        running.segmenters.pop(key, None)  # the ask ended: the rest of its text
+        return segmenter.close() if segmenter is not None else []
+
+    # ---- tools ----
+
+    def tools(self) -> list[Tool]:
+        """The tools of the devices that are running, for the next request."""
+        return [Tool(spec.name, spec.description, spec.parameters)
+                for name, spec in self._tools.values()
+                if self._devices[name].state == "running"]
+
+    async def call_tool(self, call: ToolCall) -> ToolOutcome:
+        if call.error is not None:
+            return ToolOutcome(f"the arguments were not usable ({call.error.value}: "
+                               f"{call.error_detail or 'no detail'}); nothing was run", True)
+        entry = self._tools.get(call.name or "")
+        if entry is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return ToolOutcome(f"there is no tool named {call.name!r} (tools: {known})", True)
+        from agent.devices.schema import validate
+
+        device_name, spec = entry
+        problems = validate(call.parsed, spec.parameters)
+        if problems:
+            return ToolOutcome("invalid arguments, nothing was run: " + "; ".join(problems),
+                               True)
+        running = self._devices[device_name]
+        if running.state != "running":
+            return ToolOutcome(f"device {device_name} is not available ({running.state}: "
+                               f"{running.last_error or 'starting'})", True)
+        try:
+            with trio.fail_after(spec.timeout):
+                content = await running.device.call_tool(spec.name, call.parsed)
+        except trio.TooSlowError:
+            return ToolOutcome(f"{spec.name} did not finish within {spec.timeout:g} s", True)
+        except ToolError as exc:
+            return ToolOutcome(str(exc)[:RESULT_LIMIT], True)
+        except Exception as exc:
+            log.exception("device %s: tool %s failed", device_name, spec.name)
+            return ToolOutcome(f"{spec.name} failed in the device handler: "
+                               f"{type(exc).__name__}", True)
+        return ToolOutcome(str(content)[:RESULT_LIMIT], False)
+
+    # ---- status ----
+
+    def status(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [{"name": name, "kind": r.device.kind, "state": r.state,
+                 "seconds_in_state": round(now - r.since, 3), "restarts": r.restarts,
+                 "last_error": r.last_error, "queued": len(r.inbox), "dropped": r.inbox.dropped,
+                 "coalesced": r.inbox.coalesced,
+                 "tools": [spec.name for dev, spec in self._tools.values() if dev == name],
+                 **r.device.status()}
+                for name, r in self._devices.items()]

@@ -1,0 +1,340 @@
+"""A microcontroller or terminal on a serial port (docs/serial-protocol.md).
+
+The port is opened with pyserial in a worker thread (opening a USB adapter
+can block), then read and written as a non-blocking file descriptor on the
+trio loop, so nothing blocks the loop and cancellation is immediate. The
+port is reopened by its configured path on every run(): a /dev/serial/by-id
+link finds a re-plugged adapter under its new ttyUSBn.
+
+Inside run() three tasks share the connection: the reader (device lines:
+prompts, tool replies, ...), the forwarder (inbox events to lines) and the
+one writer, which also takes the CALL lines of call_tool(), so lines never
+interleave, and a device that stops taking bytes fails run() after
+write_timeout whichever line was waiting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import termios
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import serial
+import trio
+
+from agent import __version__
+from agent.api.protocol import Line, LineReader, LineTooLong
+from agent.devices import templates
+from agent.devices.base import Common, Device, Event, Inbox, Prompt, SettingError, ToolError
+
+log = logging.getLogger("homeagent.devices.serial")
+
+PROTOCOL_VERSION = 1
+READ_SIZE = 4096
+SHOWN_CHARS = 60  # of a bad line, in the log
+
+_PARITIES = ("N", "E", "O", "M", "S")
+_STOPBITS = (1, 1.5, 2)
+_SEND = {"sentences": "sentence", "deltas": "delta", "nothing": None}
+_READ = ("prompts", "ignore")
+_SETTINGS = ("port", "baudrate", "bytesize", "parity", "stopbits", "send", "read",
+             "write_timeout", "max_line", "commands")
+_UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+
+
+class DeviceLost(ConnectionError):
+    """The port went away under us: unplugged, hung up, closed."""
+
+
+class WriteTimeout(TimeoutError):
+    """The device took no byte for write_timeout: it is not reading."""
+
+
+def escape(text: str) -> str:
+    """One text field of a line: no newline or CR may reach the wire raw."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def unescape(text: str) -> str:
+    # Unknown escapes stay as they are: a device's stray backslash is text.
+    return re.sub(r"\\([\\nr])", lambda m: _UNESCAPES[m[1]], text)
+
+
+def _template(tool: str, text: Any, properties: Mapping[str, Any]) -> templates.Template:
+    key = f"commands.{tool}"
+    if not isinstance(text, str) or not text.strip():
+        raise SettingError(key, "must be a non-empty command template")
+    return templates.parse(key, text, properties)
+
+
+def _choice(settings: Mapping[str, Any], key: str, choices, default):
+    value = settings.get(key, default)
+    # bool == 1, but `stopbits = true` is a mistake, not one stop bit
+    if isinstance(value, bool) or value not in choices:
+        raise SettingError(key, "one of " + ", ".join(map(str, choices)))
+    return value
+
+
+def _integer(settings: Mapping[str, Any], key: str, default: int, low: int) -> int:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SettingError(key, f"must be an integer of at least {low}")
+    return value
+
+
+def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SettingError(key, "must be a positive number of seconds")
+    return float(value)
+
+
+@dataclass(eq=False)
+class _Call:
+    done: trio.Event = field(default_factory=trio.Event)
+    ok: bool = False
+    text: str = ""
+
+
+class SerialDevice(Device):
+    kind = "serial"
+    DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
+
+    def __init__(self, common: Common, port: str, *, baudrate: int = 115200, bytesize: int = 8,
+                 parity: str = "N", stopbits: float = 1, send: str = "sentences",
+                 read: str = "prompts", write_timeout: float = 1.0, max_line: int = 1024,
+                 commands: Mapping[str, templates.Template] | None = None) -> None:
+        super().__init__(common)
+        self.port = port
+        self._open_args = dict(baudrate=baudrate, bytesize=bytesize, parity=parity,
+                               stopbits=stopbits)
+        self._text_type = _SEND[send]
+        self._read_prompts = read == "prompts"
+        self._write_timeout = write_timeout
+        self._max_line = max_line
+        self._commands = dict(commands or {})
+        self._lines: trio.MemorySendChannel | None = None  # to the writer, while connected
+        self._pending: dict[str, _Call] = {}
+        self._call_ids = itertools.count(1)  # never reused, so a late reply finds no call
+        self._hello: str | None = None
+        self._counts = dict(lines_in=0, lines_out=0, bad_lines=0, events_in=0)
+
+    @classmethod
+    def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> "SerialDevice":
+        unknown = sorted(set(settings) - set(_SETTINGS))
+        if unknown:
+            raise SettingError(unknown[0], f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                               f"{', '.join(unknown)} (known: {', '.join(_SETTINGS)})")
+        port = settings.get("port")
+        if not isinstance(port, str) or not port:
+            raise SettingError("port", "required: the device path, e.g. /dev/serial/by-id/...")
+        send = _choice(settings, "send", tuple(_SEND), "sentences")
+        text_type = _SEND[send]
+        if text_type is not None and text_type not in common.events:
+            raise SettingError("send", f"{send!r} needs {text_type!r} in events")
+        no_line = sorted(common.events & {"tool_call", "tool_result"})
+        if no_line:
+            raise SettingError("events", f"the serial protocol has no line for {no_line[0]}")
+        commands = settings.get("commands", {})
+        if not isinstance(commands, Mapping):
+            raise SettingError("commands", "must be a table: tool name = command template")
+        tools = {tool.name: tool for tool in common.tools}
+        for name in commands:
+            if name not in tools:
+                raise SettingError(f"commands.{name}", "no tool of that name in tools (tools: "
+                                   f"{', '.join(tools) or 'none'})")
+        for name in tools:
+            if name not in commands:
+                raise SettingError(f"commands.{name}", "missing: each tool of a serial device "
+                                   "needs a command template")
+        return cls(
+            common, port,
+            baudrate=_integer(settings, "baudrate", 115200, 1),
+            bytesize=_choice(settings, "bytesize", (5, 6, 7, 8), 8),
+            parity=_choice(settings, "parity", _PARITIES, "N"),
+            stopbits=_choice(settings, "stopbits", _STOPBITS, 1),
+            send=send,
+            read=_choice(settings, "read", _READ, "prompts"),
+            write_timeout=_seconds(settings, "write_timeout", 1.0),
+            max_line=_integer(settings, "max_line", 1024, 16),
+            commands={name: _template(name, commands[name],
+                                      tools[name].parameters.get("properties", {}))
+                      for name in tools})
+
+    # ---- the connection ----
+
+    def _open(self) -> serial.Serial:
+        # exclusive: two handlers (or daemons) on one port would mix their lines
+        port = serial.Serial(self.port, **self._open_args, exclusive=True)
+        os.set_blocking(port.fileno(), False)
+        return port
+
+    async def run(self, inbox: Inbox, prompt: Prompt,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:
+        port = await trio.to_thread.run_sync(self._open)
+        fd = port.fileno()
+        lines, to_write = trio.open_memory_channel[str](0)
+        self._lines, self._hello = lines, None
+        log.info("device %s: %s open", self.name, self.port)
+        try:
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_lines, fd, to_write)
+                nursery.start_soon(self._forward, inbox, lines)
+                await lines.send(f"HELLO {PROTOCOL_VERSION} homeagent {__version__}")
+                await self._read_lines(fd, prompt)
+        except BaseExceptionGroup as group:
+            # The first failure cancels the other tasks: raise it, not a group.
+            failures, _ = group.split(Exception)
+            if failures is None:
+                raise
+            raise failures.exceptions[0] from None
+        finally:
+            self._lines = None
+            to_write.close()
+            for call in self._pending.values():
+                call.text = f"device {self.name} was disconnected"
+                call.done.set()
+            self._pending.clear()
+            trio.lowlevel.notify_closing(fd)
+            try:
+                # Unsent output would make close() wait for it (up to 30 s on a tty).
+                termios.tcflush(fd, termios.TCOFLUSH)
+            except (OSError, termios.error):
+                pass  # a vanished device has nothing to flush
+            port.close()
+
+    def _lost(self, why: str) -> DeviceLost:
+        return DeviceLost(f"{self.port}: device disconnected ({why})")
+
+    async def _read_lines(self, fd: int, prompt: Prompt) -> None:
+        reader = LineReader(self._max_line)
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise self._lost(exc.strerror) from exc
+            if not data:
+                raise self._lost("end of file")
+            for line in reader.feed(data):
+                await self._handle(line, prompt)
+
+    async def _write_lines(self, fd: int, to_write: trio.MemoryReceiveChannel) -> None:
+        async for line in to_write:
+            data = memoryview((line + "\n").encode())
+            while data:
+                try:
+                    data = data[os.write(fd, data):]
+                except BlockingIOError:
+                    # A stall, not a slow line, fails: at 9600 baud a long
+                    # line may take a second to drain, a byte never does.
+                    with trio.move_on_after(self._write_timeout) as waited:
+                        await trio.lowlevel.wait_writable(fd)
+                    if waited.cancelled_caught:
+                        raise WriteTimeout(f"{self.port}: nothing could be written for "
+                                           f"{self._write_timeout:g} s: the device is not "
+                                           "reading") from None
+                except OSError as exc:
+                    raise self._lost(exc.strerror) from exc
+            self._counts["lines_out"] += 1
+
+    async def _forward(self, inbox: Inbox, lines: trio.MemorySendChannel) -> None:
+        async for event in inbox:
+            line = self._line(event)
+            if line is not None:
+                await lines.send(line)
+
+    def _line(self, event: Event) -> str | None:
+        data = event.data
+        if event.type == "started":
+            return f"START {escape(data.get('session', ''))}"
+        if event.type == self._text_type and event.text:
+            return f"TEXT {escape(event.text)}"
+        if event.type == "reasoning" and event.text:
+            return f"REASONING {escape(event.text)}"
+        if event.type == "done":
+            return f"DONE {escape(data.get('finish_reason', ''))}"
+        if event.type == "error":
+            return f"ERROR {escape(data.get('code', ''))} {escape(data.get('message', ''))}"
+        return None  # the other text type, with `send` choosing one
+
+    # ---- lines from the device ----
+
+    def _bad(self, problem: str, shown: Any) -> None:
+        self._counts["bad_lines"] += 1
+        log.warning("device %s: %s, skipped: %r", self.name, problem, shown)
+
+    async def _handle(self, line: Line | LineTooLong, prompt: Prompt) -> None:
+        self._counts["lines_in"] += 1
+        if isinstance(line, LineTooLong):
+            self._bad(f"a line over max_line ({line.limit} bytes)", "")
+            return
+        try:
+            text = line.data.decode("utf-8")
+        except UnicodeDecodeError:
+            # never a replacement character in a prompt: the line is dropped
+            self._bad("a line that is not UTF-8", line.data[:SHOWN_CHARS])
+            return
+        if not text.strip():
+            return
+        keyword, _, rest = text.partition(" ")
+        if keyword == "PROMPT":
+            text = unescape(rest)
+            if not text.strip():
+                self._bad("an empty PROMPT", text)
+            elif self._read_prompts:
+                await prompt(text)
+            else:
+                log.info("device %s: PROMPT ignored (read = ignore): %r", self.name,
+                         text[:SHOWN_CHARS])
+        elif keyword in ("OK", "FAIL"):
+            call_id, _, reply = rest.partition(" ")
+            call = self._pending.pop(call_id, None)
+            if call is None:
+                log.warning("device %s: %s for call %r, which is not waiting (timed out?)",
+                            self.name, keyword, call_id)
+                return
+            call.ok, call.text = keyword == "OK", unescape(reply)
+            call.done.set()
+        elif keyword == "EVENT":
+            self._counts["events_in"] += 1
+            log.info("device %s: event: %s", self.name, unescape(rest))
+        elif keyword == "HELLO":
+            self._hello = unescape(rest)
+            log.info("device %s: hello: %s", self.name, self._hello)
+        else:
+            self._bad("an unknown line", text[:SHOWN_CHARS])
+
+    # ---- tools and status ----
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        template = self._commands.get(name)
+        if template is None:
+            return await super().call_tool(name, arguments)
+        command = templates.render(template, arguments)
+        lines = self._lines
+        if lines is None:
+            raise ToolError(f"device {self.name} is not connected")
+        call_id = str(next(self._call_ids))
+        call = self._pending[call_id] = _Call()
+        try:
+            await lines.send(f"CALL {call_id} {escape(command)}")
+            await call.done.wait()
+        except trio.BrokenResourceError:
+            raise ToolError(f"device {self.name} was disconnected") from None
+        finally:
+            self._pending.pop(call_id, None)  # also when cancelled by the hub's timeout
+        if not call.ok:
+            raise ToolError(call.text or f"{name} failed on device {self.name}")
+        return call.text
+
+    def status(self) -> dict[str, Any]:
+        return {"port": self.port, "connected": self._lines is not None, "hello": self._hello,
+                **self._counts}

@@ -1,0 +1,293 @@
+"""CommandDevice (agent/devices/command.py) with real programs: the text
+reaches them as one literal argument or on stdin, failures and timeouts are
+reported without stopping the device, a vanished program does stop it, and
+tools map their arguments into argv.
+
+Waits poll the device's counters under fail_after, scaled by timeout().
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from agent.devices import command
+from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
+from agent.devices.command import CommandDevice
+from conftest import timeout
+
+REQUEST = {"client": 1, "id": "a1", "session": "kitchen"}
+
+ECHO = ToolSpec("echo", "prints its arguments", {"type": "object", "properties": {
+    "word": {"type": "string"}, "count": {"type": "integer"}, "flag": {"type": "boolean"},
+    "ratio": {"type": "number"}}})
+FAIL = ToolSpec("fail", "fails", {"type": "object", "properties": {}})
+SLOW = ToolSpec("slow", "sleeps", {"type": "object", "properties": {"seconds": {"type": "number"}}})
+TOOL_ARGV = {"echo": ["printf", "%s|%s|%s|%s\n", "{word}", "{count}", "{flag}", "{ratio}"],
+             "fail": ["sh", "-c", "echo oops >&2; exit 3"],
+             "slow": ["sleep", "{seconds}"]}
+
+
+def make(tools: tuple[ToolSpec, ...] = (), **settings) -> CommandDevice:
+    return CommandDevice.from_settings(
+        Common("speaker", CommandDevice.DEFAULT_EVENTS, tools=tools), settings)
+
+
+def event(kind: str, **data) -> Event:
+    return Event(kind, data, REQUEST)
+
+
+async def no_prompt(text: str) -> None:
+    raise AssertionError("a command device never prompts")
+
+
+@asynccontextmanager
+async def running(device: CommandDevice):
+    """The device's run() in a task, cancelled at the end; yields its inbox."""
+    inbox = Inbox(64, Overflow.BLOCK)  # BLOCK: no sentence is coalesced
+    async with trio.open_nursery() as nursery:
+        await nursery.start(device.run, inbox, no_prompt)
+        yield inbox
+        nursery.cancel_scope.cancel()
+
+
+async def until(done, seconds: float = 5) -> None:
+    with trio.fail_after(timeout(seconds)):
+        while not done():
+            await trio.sleep(0.01)
+
+
+async def feed(device: CommandDevice, *events: Event, runs: int) -> None:
+    async with running(device) as inbox:
+        for e in events:
+            await inbox.put(e)
+        await until(lambda: device.runs >= runs)
+    assert device.runs == runs
+
+
+@pytest.mark.trio
+async def test_cat_on_stdin_echoes_each_sentence():
+    device = make(argv=["cat"], stdin=True)
+    await feed(device, event("sentence", text="Hello there."),
+               event("sentence", text="How are you?"), runs=2)
+    status = device.status()
+    assert status["program"] == "cat" and status["per"] == "sentence"
+    assert (status["runs"], status["failures"], status["timeouts"]) == (2, 0, 0)
+    last = status["last_run"]
+    assert (last["exit"], last["timed_out"], last["stdout"], last["stderr"]) == \
+        (0, False, "How are you?\n", "")
+    assert last["seconds"] >= 0
+
+
+@pytest.mark.trio
+async def test_sentences_run_one_at_a_time_in_order(tmp_path):
+    out = tmp_path / "out"
+    device = make(argv=["sh", "-c", 'printf "%s\\n" "$1" >> "$2"', "sh", "{text}", str(out)])
+    sentences = [f"Sentence {i}." for i in range(6)]
+    await feed(device, *(event("sentence", text=s) for s in sentences), runs=6)
+    assert out.read_text().splitlines() == sentences
+
+
+LITERAL = [
+    "it's \"quoted\"; echo $(touch pwned) `touch pwned2` | cat > pwned3 & $HOME *",
+    "line one\nline two\n",
+    "-n {session} {{text}} %s \\n",
+    "  spaces around  ",
+    "Grüße, 你好 👨\u200d👩\u200d👧",
+]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("text", LITERAL)
+async def test_text_is_one_literal_argument(text, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    device = make(argv=["printf", "%s", "{text}"])
+    await feed(device, event("sentence", text=text), runs=1)
+    assert device.last_run["stdout"] == text
+    assert list(tmp_path.iterdir()) == []  # no shell ran anything
+
+
+@pytest.mark.trio
+async def test_placeholders_inside_arguments_and_literal_braces():
+    device = make(argv=["printf", "%s", "say:{text}|{session}|{{lit}}"])
+    await feed(device, event("sentence", text="hi there"), runs=1)
+    assert device.last_run["stdout"] == "say:hi there|kitchen|{lit}"
+
+
+@pytest.mark.trio
+async def test_nul_and_lone_surrogate_do_not_fail_the_run():
+    device = make(argv=["printf", "%s", "{text}"])
+    await feed(device, event("sentence", text="a\0b\ud800c"), runs=1)
+    assert (device.last_run["stdout"], device.failures) == ("ab?c", 0)
+
+
+@pytest.mark.trio
+async def test_per_answer_runs_once_with_the_whole_answer():
+    device = make(argv=["printf", "%s", "{text}"], per="answer")
+    await feed(device, event("sentence", text="One."), event("sentence", text="Two."),
+               event("done", finish_reason="stop", text="One. Two."), runs=1)
+    assert device.last_run["stdout"] == "One. Two."
+
+
+@pytest.mark.trio
+async def test_an_error_runs_with_its_message_and_empty_text_runs_nothing():
+    device = make(argv=["printf", "%s", "{text}"])
+    await feed(device, event("sentence", text=""), event("done", finish_reason="stop", text="x"),
+               event("error", code="provider", message="The model is unreachable."), runs=1)
+    assert device.last_run["stdout"] == "The model is unreachable."
+
+
+@pytest.mark.trio
+async def test_timeout_kills_reports_and_the_next_event_runs():
+    device = make(argv=["sleep", "{text}"], timeout=timeout(0.5))
+    await feed(device, event("sentence", text="30"), event("sentence", text="0"), runs=2)
+    assert (device.timeouts, device.failures, device.last_run["exit"]) == (1, 0, 0)
+
+
+@pytest.mark.trio
+async def test_a_program_ignoring_sigterm_gets_sigkill_after_the_grace():
+    device = make(argv=["sh", "-c", "trap '' TERM; exec sleep 30"], timeout=timeout(0.3))
+    await feed(device, event("sentence", text="x"), runs=1)
+    assert device.last_run["timed_out"]
+    assert device.last_run["seconds"] >= command.KILL_GRACE
+
+
+def gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its new parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.trio
+async def test_the_timeout_kills_the_programs_children_too(tmp_path):
+    pid_file = tmp_path / "pid"
+    device = make(argv=["sh", "-c", 'sleep 30 & echo $! > "$1"; wait', "sh", "{text}"],
+                  timeout=timeout(0.3))
+    await feed(device, event("sentence", text=str(pid_file)), runs=1)
+    assert device.timeouts == 1
+    await until(lambda: gone(int(pid_file.read_text())))
+
+
+@pytest.mark.trio
+async def test_failures_are_counted_and_the_device_goes_on():
+    device = make(argv=["false"])
+    await feed(device, event("sentence", text="a"), event("sentence", text="b"), runs=2)
+    assert (device.failures, device.timeouts, device.last_run["exit"]) == (2, 0, 1)
+
+
+@pytest.mark.trio
+async def test_cancellation_kills_the_running_program(tmp_path):
+    pid_file = tmp_path / "pid"
+    device = make(argv=["sh", "-c", 'echo $$ > "$1"; exec sleep 30', "sh", "{text}"])
+    async with running(device) as inbox:
+        await inbox.put(event("sentence", text=str(pid_file)))
+        await until(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"))
+        cancelled_at = trio.current_time()
+    # run_process waits for the program to exit: it was killed, not waited out
+    assert trio.current_time() - cancelled_at < timeout(3)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+class _UnlinkOnStart:
+    """A task_status that removes the program right after run() checked it."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def started(self, value=None) -> None:
+        self.path.unlink()
+
+
+@pytest.mark.trio
+async def test_a_vanished_program_fails_the_device(tmp_path):
+    program = tmp_path / "prog"
+    program.symlink_to(shutil.which("true"))
+    device = make(argv=[str(program)])
+    inbox = Inbox(4, Overflow.BLOCK)
+    await inbox.put(event("sentence", text="hello"))
+    with pytest.raises(FileNotFoundError):
+        await device.run(inbox, no_prompt, task_status=_UnlinkOnStart(program))
+    assert (device.runs, device.failures) == (1, 1)
+    with pytest.raises(FileNotFoundError):  # and it fails at start until it is back
+        await device.run(inbox, no_prompt)
+
+
+@pytest.mark.trio
+async def test_tool_argv_renders_arguments_and_returns_stdout():
+    device = make((ECHO, FAIL, SLOW), argv=["true"], tool_argv=TOOL_ARGV)
+    result = await device.call_tool("echo", {"word": "a b; $(x)", "count": 3, "flag": True,
+                                             "ratio": 0.5})
+    assert result == "a b; $(x)|3|true|0.5"
+
+
+@pytest.mark.trio
+async def test_tool_failures_are_tool_errors():
+    device = make((ECHO, FAIL, SLOW), argv=["true"], tool_argv=TOOL_ARGV, timeout=timeout(0.3))
+    with pytest.raises(ToolError, match="exited with status 3: oops$"):
+        await device.call_tool("fail", {})
+    with pytest.raises(ToolError, match="killed"):
+        await device.call_tool("slow", {"seconds": 30})
+    with pytest.raises(ToolError, match="needs 'seconds', which was not given"):
+        await device.call_tool("slow", {})
+    with pytest.raises(ToolError, match="no tool 'nope'"):
+        await device.call_tool("nope", {})
+    assert device.runs == 0  # tools are not the device's runs
+
+
+@pytest.mark.trio
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+async def test_espeak_ng_writes_wav_to_stdout():
+    device = make(argv=["espeak-ng", "--stdout", "{text}"], max_output=64)
+    await feed(device, event("sentence", text="Hello."), runs=1)
+    assert device.last_run["exit"] == 0
+    assert device.last_run["stdout"].startswith("RIFF")
+
+
+BAD_SETTINGS = [
+    ({}, "argv"),
+    ({"argv": []}, "argv"),
+    ({"argv": "cat"}, "argv"),
+    ({"argv": ["cat", 3]}, "argv"),
+    ({"argv": ["no-such-program-here"]}, "argv"),
+    ({"argv": ["bin/cat"]}, "argv"),
+    ({"argv": ["{text}"]}, "argv"),
+    ({"argv": ["cat", "{nope}"]}, "argv"),
+    ({"argv": ["cat", "{text!r}"]}, "argv"),
+    ({"argv": ["cat", "{text:>9}"]}, "argv"),
+    ({"argv": ["cat", "{text[0]}"]}, "argv"),
+    ({"argv": ["cat", "{}"]}, "argv"),
+    ({"argv": ["cat", "{text"]}, "argv"),
+    ({"argv": ["cat", "}"]}, "argv"),
+    ({"argv": ["cat"], "per": "word"}, "per"),
+    ({"argv": ["cat"], "stdin": "yes"}, "stdin"),
+    ({"argv": ["cat"], "timeout": 0}, "timeout"),
+    ({"argv": ["cat"], "timeout": True}, "timeout"),
+    ({"argv": ["cat"], "timeout": "5"}, "timeout"),
+    ({"argv": ["cat"], "max_output": -1}, "max_output"),
+    ({"argv": ["cat"], "max_output": 1.5}, "max_output"),
+    ({"argv": ["cat"], "colour": "red"}, "colour"),
+    ({"argv": ["cat"], "tool_argv": ["echo"]}, "tool_argv"),
+    ({"argv": ["cat"], "tool_argv": {**TOOL_ARGV, "other": ["true"]}}, "tool_argv.other"),
+    ({"argv": ["cat"], "tool_argv": {"echo": TOOL_ARGV["echo"], "fail": ["false"]}},
+     "tool_argv.slow"),
+    ({"argv": ["cat"], "tool_argv": {**TOOL_ARGV, "slow": ["sleep", "{text}"]}},
+     "tool_argv.slow"),
+    ({"argv": ["cat"], "tool_argv": {**TOOL_ARGV, "fail": ["no-such-program-here"]}},
+     "tool_argv.fail"),
+]
+
+
+@pytest.mark.parametrize("settings, key", BAD_SETTINGS)
+def test_bad_settings_name_their_key(settings, key):
+    with pytest.raises(SettingError) as caught:
+        make((ECHO, FAIL, SLOW), **settings)
+    assert caught.value.key == key
+
