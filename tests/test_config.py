@@ -343,11 +343,23 @@ def test_bare_key_file_prefers_credentials(tmp_path, monkeypatch, credentials, i
 def test_key_file_path_is_relative_to_config(tmp_path, monkeypatch):
     path = write(tmp_path / "etc", LOCAL + 'api_key_file = "keys/openai.key"\n')
     write(tmp_path / "etc" / "keys", f"\n  {SECRET}  \n", "openai.key")
-    # A path with a slash is never a credential name.
+    # Not systemd's name for it (keys_openai.key), nor a path inside the
+    # credentials directory: the file beside the config.
     write(tmp_path / "credentials" / "keys", "wrong", "openai.key")
     monkeypatch.chdir(tmp_path)
     config = load(path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "credentials")})
     assert config.providers["local"].provider.api_key == SECRET
+
+
+def test_a_path_is_found_under_systemds_name_for_a_directory_credential(tmp_path):
+    # LoadCredential=credentials:/etc/homeagent/credentials gives each file
+    # the name credentials_FILE; by hand, the same line reads the file itself.
+    path = write(tmp_path / "etc", LOCAL + 'api_key_file = "credentials/openai.key"\n')
+    write(tmp_path / "etc" / "credentials", "by-hand\n", "openai.key")
+    write(tmp_path / "run", "from-systemd\n", "credentials_openai.key")
+    under_systemd = load(path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "run")})
+    assert under_systemd.providers["local"].provider.api_key == "from-systemd"
+    assert load(path, {}).providers["local"].provider.api_key == "by-hand"
 
 
 @pytest.mark.parametrize("lines, environ, files, problem", [

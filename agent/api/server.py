@@ -127,9 +127,10 @@ class ApiServer:
     own fields (uptime, providers, devices) to status replies."""
 
     def __init__(self, runner, *, server_name: str, access: Access = Access(),
-                 limits: Limits = Limits(),
+                 limits: Limits = Limits(), devices=None,
                  status_extra: Callable[[], dict[str, Any]] = dict) -> None:
         self.runner = runner
+        self.devices = devices  # a DeviceHub: every reply goes to its devices too
         self.server_name = server_name
         self.access = access
         self.limits = limits
@@ -317,7 +318,7 @@ class ApiServer:
         reasoning = args.get("reasoning", True)
         outcome = "failed"
 
-        def emit(reply: dict[str, Any]) -> None:
+        async def emit(reply: dict[str, Any]) -> None:
             nonlocal outcome
             kind = reply["type"]
             if kind == "started":
@@ -328,7 +329,8 @@ class ApiServer:
             if streaming or kind not in ("delta", "reasoning", "refusal"):
                 if reasoning or kind != "reasoning":
                     conn.send(reply)
-            self._publish(conn, flight, reply)
+            origin = {"client": conn.number, "id": flight.request_id, "session": flight.session}
+            await self.publish(reply, origin)
 
         try:
             with flight.scope:
@@ -338,13 +340,13 @@ class ApiServer:
                 except Exception:
                     log.exception("client %d: ask id=%r failed inside the daemon", conn.number,
                                   flight.request_id)
-                    emit(error("internal_error", "the daemon failed on this ask; its log "
-                               "has the details", flight.request_id))
+                    await emit(error("internal_error", "the daemon failed on this ask; its "
+                                     "log has the details", flight.request_id))
             if flight.scope.cancelled_caught:
                 outcome = "cancelled"
                 code, message = flight.cancel_reason or ("cancelled", "cancelled")
-                emit(error(code, message, flight.request_id))
-        except trio.Cancelled:
+                await emit(error(code, message, flight.request_id))
+        except BaseException:  # Cancelled, maybe grouped by a nursery on the way
             outcome = "cancelled"  # the whole connection: gone, overflowed or shut down
             raise
         finally:
@@ -393,14 +395,45 @@ class ApiServer:
             conn.send(error("internal_error", "the daemon failed on this request; its log "
                             "has the details", request.id))
 
-    def _publish(self, source: _Connection, flight: _Flight, reply: dict[str, Any]) -> None:
-        origin = {"client": source.number, "id": flight.request_id, "session": flight.session}
+    async def publish(self, reply: dict[str, Any], origin: dict[str, Any]) -> None:
+        """A reply of any ask to the subscribers and the devices; origin names
+        the ask: {client, id, session}, or {device, session} for a device's."""
+        self.notify_subscribers(reply, origin)
+        if self.devices:
+            await self.devices.publish(reply, origin)
+
+    def notify_subscribers(self, reply: dict[str, Any], origin: dict[str, Any] | None) -> None:
         for conn in self.connections.values():
             if conn.subscription is None:
                 continue
             subscription_id, reasoning = conn.subscription
             if reasoning or reply["type"] != "reasoning":
-                conn.send({**reply, "id": subscription_id, "request": origin})
+                shown = {**reply, "id": subscription_id}
+                if origin is not None:
+                    shown["request"] = origin
+                conn.send(shown)
+
+    async def ask_from_device(self, device: str, prompt: str) -> None:
+        """A prompt typed on a device: an ask on the session device-NAME,
+        seen by subscribers and devices like any other."""
+        if self.draining:
+            log.info("device %s: prompt ignored, the daemon is stopping", device)
+            return
+        origin = {"device": device, "session": f"device-{device}"}
+        self.counters["asks"] += 1
+        outcome = "failed"
+        log.info("device %s: ask", device)
+
+        async def emit(reply: dict[str, Any]) -> None:
+            nonlocal outcome
+            if reply["type"] == "done":
+                outcome = "answered"
+            await self.publish(reply, origin)
+
+        try:
+            await self.runner.ask(prompt, origin["session"], None, emit)
+        finally:
+            self.counters[outcome] += 1
 
     # ---- status and shutdown ----
 

@@ -16,10 +16,13 @@ import os
 import pwd
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from agent.devices import device_types
+from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
+from agent.devices.hub import DeviceSpec
 from agent.providers.requests import Provider
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
@@ -28,14 +31,18 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
-_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers")
+_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "log_level")
-_SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes")
+_SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
                       "total_timeout": float, "max_tokens": int}
+_DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",
+                  "sentence_max_chars", "first_sentence_chars", "tools")
+_TOOL_KEYS = ("name", "description", "parameters", "timeout")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
 _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
                   "retries", "headers", *_PROVIDER_OPTIONAL)
 
@@ -77,6 +84,7 @@ class SessionConfig:
     system_prompt: str | None
     max_turns: int
     max_bytes: int
+    max_tool_steps: int = 8
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Config:
     sessions: SessionConfig
     providers: Mapping[str, ProviderEntry]
     default_provider: str
+    devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def load(path: str, environ: Mapping[str, str] = os.environ) -> Config:
@@ -109,9 +118,11 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
     daemon = _daemon(root.table("daemon", _DAEMON_KEYS), environ)
     sessions = _sessions(root.table("sessions", _SESSION_KEYS))
     providers = _providers(root.table("providers"), environ, os.path.dirname(path))
+    devices = _devices(root.table("devices"))
     return Config(path=path, daemon=daemon, sessions=sessions,
                   providers=MappingProxyType(providers),
-                  default_provider=_default_provider(root, providers))
+                  default_provider=_default_provider(root, providers),
+                  devices=MappingProxyType(devices))
 
 
 def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
@@ -140,6 +151,7 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # system_prompt = "You are a helpful assistant in a home."
 # max_turns = 50
 # max_bytes = 262144
+# max_tool_steps = 8      # model requests per ask when tools are called
 
 [providers.local]
 protocol = "openai-chat"
@@ -187,7 +199,74 @@ def _sessions(table: _Table) -> SessionConfig:
         system_prompt=table.get("system_prompt", str,
                                 "You are a helpful assistant in a home.") or None,
         max_turns=table.integer("max_turns", 50, 2),
-        max_bytes=table.integer("max_bytes", 262144, 4096))
+        max_bytes=table.integer("max_bytes", 262144, 4096),
+        max_tool_steps=table.integer("max_tool_steps", 8, 1, 64))
+
+
+def _devices(table: _Table) -> dict[str, DeviceSpec]:
+    """[devices.NAME]: the common keys here, the rest checked by the device
+    type's own from_settings; tool names are unique across devices."""
+    if not table.values:
+        return {}
+    types = device_types()
+    devices: dict[str, DeviceSpec] = {}
+    tool_names: set[str] = set()
+    for name in table.values:
+        if not PROVIDER_NAME.fullmatch(name):
+            raise table.error(name, "a device name is 1 to 64 letters, digits, '_', '.' or '-'")
+        device = table.table(name)
+        kind = device.get("type", str)
+        cls = types.get(kind)
+        if cls is None:
+            raise device.error("type", f"unknown device type {kind!r} (known: "
+                               f"{', '.join(sorted(types))})")
+        events = device.get("events", list, None)
+        if events is not None and not all(e in EVENT_TYPES for e in events):
+            raise device.error("events", f"events are among {', '.join(sorted(EVENT_TYPES))}")
+        overflow = device.get("overflow", str, "coalesce")
+        if overflow not in {o.value for o in Overflow}:
+            raise device.error("overflow", "one of " + ", ".join(o.value for o in Overflow))
+        tools = tuple(_tool(device, index, value, tool_names)
+                      for index, value in enumerate(device.get("tools", list, [])))
+        common = Common(
+            name=name, events=frozenset(cls.DEFAULT_EVENTS if events is None else events),
+            queue=device.integer("queue", 64, 1, 65536), overflow=Overflow(overflow),
+            block_timeout=device.number("block_timeout", 2.0, 0),
+            restart_max_delay=device.number("restart_max_delay", 30.0, 0.1),
+            sentence_max_chars=device.integer("sentence_max_chars", 200, 16, 65536),
+            first_sentence_chars=device.integer("first_sentence_chars", 0, 0, 65536),
+            tools=tools)
+        settings = {k: v for k, v in device.values.items() if k not in _DEVICE_COMMON}
+        try:
+            cls.from_settings(common, settings)
+        except SettingError as error:
+            raise device.source.error((*device.key, *error.key.split(".")),
+                                      error.problem) from None
+        devices[name] = DeviceSpec(common, cls, MappingProxyType(settings))
+    return devices
+
+
+def _tool(device: _Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
+    from agent.devices.schema import SchemaError, check_schema
+
+    if not isinstance(value, dict):
+        raise device.error("tools", f"tools[{index}] must be a table")
+    tool = _Table(device.source, (*device.key, "tools"), value, _TOOL_KEYS)
+    name = tool.get("name", str)
+    if not TOOL_NAME.fullmatch(name):
+        raise tool.error("name", "a tool name is 1 to 64 letters, digits, '_' or '-'")
+    if name in seen:
+        raise tool.error("name", f"another device already has a tool named {name!r}")
+    seen.add(name)
+    parameters = tool.get("parameters", dict, {"type": "object", "properties": {}})
+    try:
+        check_schema(parameters)
+    except SchemaError as error:
+        raise tool.error("parameters", str(error)) from None
+    timeout = tool.number("timeout", 10.0, 0)
+    if timeout <= 0:
+        raise tool.error("timeout", "must be positive")
+    return ToolSpec(name, tool.get("description", str), parameters, timeout)
 
 
 def _providers(table: _Table, environ: Mapping[str, str],
@@ -241,9 +320,13 @@ def _api_key(table: _Table, environ: Mapping[str, str], config_dir: str) -> str:
     if file_name is None:
         return ""
     candidates = [os.path.join(config_dir, file_name)]
-    # A bare name may be a systemd credential (LoadCredential=), which wins.
-    if "/" not in file_name and "CREDENTIALS_DIRECTORY" in environ:
-        candidates.insert(0, os.path.join(environ["CREDENTIALS_DIRECTORY"], file_name))
+    # A relative name may be a systemd credential, which wins: LoadCredential=
+    # of a file keeps its name; of a directory (the shipped unit loads
+    # credentials/) names each file ID_FILE, so credentials/openai.key
+    # arrives as credentials_openai.key.
+    if not os.path.isabs(file_name) and "CREDENTIALS_DIRECTORY" in environ:
+        candidates.insert(0, os.path.join(environ["CREDENTIALS_DIRECTORY"],
+                                          file_name.replace("/", "_")))
     for candidate in candidates:
         try:
             with open(candidate, encoding="utf-8") as file:

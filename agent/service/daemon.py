@@ -29,6 +29,7 @@ import trio
 from agent import __version__
 from agent.api.protocol import PROTOCOL_VERSION
 from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
+from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
@@ -103,12 +104,14 @@ class _Daemon:
         self.bound = bound
         self.notifier = Notifier.from_environ(environ)
         self.started = time.monotonic()
+        self.devices = DeviceHub(config.devices)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
-                             config.sessions.system_prompt)
+                             config.sessions.system_prompt, self.devices,
+                             config.sessions.max_tool_steps)
         self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
                                 limits=Limits(daemon.max_line_bytes, daemon.client_queue),
-                                status_extra=self.status_extra)
+                                devices=self.devices, status_extra=self.status_extra)
 
     async def run(self, signals) -> None:
         config = self.config
@@ -118,6 +121,8 @@ class _Daemon:
                 nursery.cancel_scope.cancel()  # drained: the helper tasks end too
 
             await nursery.start(api)
+            await nursery.start(self.devices.run, self.server.ask_from_device,
+                                lambda reply: self.server.notify_subscribers(reply, None))
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
@@ -136,7 +141,8 @@ class _Daemon:
                 "default_provider": config.default_provider,
                 "providers": [_provider_status(name, entry.provider, config)
                               for name, entry in config.providers.items()],
-                "devices": []}
+                "devices": self.devices.status(),
+                "tools": [tool.name for tool in self.devices.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:
         # The loop keeps reading while the drain runs: a signal left unread
@@ -173,7 +179,7 @@ class _Daemon:
             self.notifier.ready("reload refused: bad configuration; running on the old one")
             return
         self.runner.configure(upstreams_of(new), new.default_provider,
-                              new.sessions.system_prompt)
+                              new.sessions.system_prompt, new.sessions.max_tool_steps)
         self.server.access = Access(new.daemon.allow_users, new.daemon.allow_groups)
         self.server.limits = Limits(new.daemon.max_line_bytes, new.daemon.client_queue)
         self.store.set_limits(max_turns=new.sessions.max_turns,
@@ -182,6 +188,8 @@ class _Daemon:
         for key in ("socket", "socket_mode", "socket_group", "state_directory"):
             if getattr(new.daemon, key) != getattr(old.daemon, key):
                 log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
+        if _device_settings(new) != _device_settings(old):
+            log.warning("reload: the devices changed; they take effect at the next start")
         self.config = new
         log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
                  new.default_provider)
@@ -197,6 +205,10 @@ class _Daemon:
             if line != last:
                 self.notifier.status(line)
                 last = line
+
+
+def _device_settings(config: Config) -> dict:
+    return {name: (spec.common, dict(spec.settings)) for name, spec in config.devices.items()}
 
 
 def _provider_status(name: str, provider, config: Config) -> dict:

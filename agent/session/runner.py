@@ -1,25 +1,34 @@
 """One ask, from prompt to committed history: the session layer between the
 socket API and the providers.
 
-    runner = Runner(store, http_client, providers, default_provider, system_prompt)
+    runner = Runner(store, http_client, upstreams, default_provider, system_prompt, devices)
     await runner.ask(prompt, session_id, provider_name, emit)
 
-emit(reply) is synchronous and must not block (the server puts replies in
-bounded queues), so a slow reader never holds up the upstream stream. The
-replies of an ask, in order: started, then delta / reasoning / refusal /
-tool_call / warning as the decoder produces them, then done or error. Their
-shapes are in docs/protocol.md.
+`await emit(reply)` delivers each reply; the server puts it in bounded
+queues, so a slow reader never holds up the upstream stream. The replies of
+an ask, in order: started, then delta / reasoning / refusal / tool_call /
+tool_result / warning as they come, then done or error. Their shapes are in
+docs/protocol.md.
+
+Tools: the devices' tools go with each request. A tool call starts as soon
+as its arguments are complete, while the answer still streams; its result
+goes back in the next request of the same ask. The loop is bounded: after
+max_tool_steps requests, calls still asked for are not run and get an error
+result, and the ask ends with done. Every bad call (unknown tool, arguments
+that are not JSON or do not match the schema, a device that fails or times
+out) is an error result for the model, not an error of the ask.
 
 History: asks on one session run one at a time (a lock per session), and an
-exchange is committed only when its answer is complete, so a history never
-holds half an answer. A failed, interrupted or cancelled ask commits nothing.
+exchange (the prompt, every step's message, every tool result) is committed
+only when the ask ends with done, so a history never holds half an answer.
+A failed, interrupted or cancelled ask commits nothing.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import httpx
 import trio
@@ -28,16 +37,22 @@ from agent.providers import (
     AssistantTurn,
     Conversation,
     ProviderHTTPError,
+    ToolResult,
     UpstreamError,
     UserTurn,
     stream_answer,
 )
 from agent.providers.requests import Provider
+from agent.devices.hub import ToolOutcome
 from agent.session.store import check_session_id
 from agent.stream import events as ev
 from agent.stream.message import Message
 
-Emit = Callable[[dict[str, Any]], None]
+USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
+                "cache_write_tokens", "reasoning_tokens")
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+DEFAULT_TOOL_STEPS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,9 @@ class Upstream:
     """A configured provider and its retry budget."""
     provider: Provider
     retries: int = 3
+
+
+NO_TOOLS = ToolOutcome("no tools are available: nothing was run", True)
 
 
 class AskFailed(Exception):
@@ -58,19 +76,22 @@ class AskFailed(Exception):
 
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
-                 default_provider: str, system_prompt: str | None) -> None:
+                 default_provider: str, system_prompt: str | None, devices=None,
+                 max_tool_steps: int = DEFAULT_TOOL_STEPS) -> None:
         self.store = store
         self.client = client
-        self.configure(upstreams, default_provider, system_prompt)
+        self.devices = devices  # a DeviceHub, or None: no tools
+        self.configure(upstreams, default_provider, system_prompt, max_tool_steps)
         self._session_locks: dict[str, trio.Lock] = {}
         self._store_lock = trio.Lock()  # the store is not thread-safe: one call at a time
 
     def configure(self, upstreams: Mapping[str, Upstream], default_provider: str,
-                  system_prompt: str | None) -> None:
+                  system_prompt: str | None, max_tool_steps: int = DEFAULT_TOOL_STEPS) -> None:
         """Swap providers and prompt (config reload); asks in flight keep theirs."""
         self.upstreams = dict(upstreams)
         self.default_provider = default_provider
         self.system_prompt = system_prompt
+        self.max_tool_steps = max_tool_steps
 
     async def ask(self, prompt: str, session: str | None, provider_name: str | None,
                   emit: Emit) -> None:
@@ -79,7 +100,7 @@ class Runner:
         try:
             await self._ask(prompt, session, provider_name, emit)
         except AskFailed as failure:
-            emit({"type": "error", "code": failure.code, "message": str(failure),
+            await emit({"type": "error", "code": failure.code, "message": str(failure),
                   **failure.extra})
 
     async def _ask(self, prompt: str, session: str | None, provider_name: str | None,
@@ -105,47 +126,88 @@ class Runner:
 
     async def _exchange(self, prompt: str, session: str, upstream: Upstream, lock: trio.Lock,
                         emit: Emit) -> None:
-        turns = await self._store(self.store.load, session)
+        history = await self._store(self.store.load, session)
         provider = upstream.provider
-        emit({"type": "started", "session": session, "provider": provider.name,
-              "model": provider.model})
-        user = UserTurn(prompt)
-        conversation = Conversation(self.system_prompt, [*turns, user])
-
-        async def forward(event: object) -> None:
-            reply = event_reply(event)
-            if reply is not None:
-                emit(reply)
-                # One network read can decode into many replies: let the
-                # clients' writers run between them, so a reading client's
-                # queue measures its reading, not the upstream's chunking.
-                await trio.lowlevel.checkpoint()
-
-        try:
-            answer = await stream_answer(self.client, provider, conversation,
-                                         on_event=forward, retries=upstream.retries)
-        except ProviderHTTPError as exc:
-            raise AskFailed("upstream_http", str(exc), status=exc.status) from None
-        except UpstreamError as exc:
-            raise AskFailed("upstream_unavailable", str(exc)) from None
-        if answer.provider_error is not None:
-            error = answer.provider_error
-            raise AskFailed("provider_error", f"{provider.name}: "
-                            f"{error.message or 'error event without a message'}",
-                            provider_type=error.type)
-        if not answer.ok:
-            why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
-                                         else "the stream ended early")
-            raise AskFailed("interrupted", f"{provider.name}: the answer was cut short "
-                            f"({why}); not kept in the history",
-                            text=answer.message.text)
+        await emit({"type": "started", "session": session, "provider": provider.name,
+                    "model": provider.model})
+        exchange: list = [UserTurn(prompt)]
+        messages: list[Message] = []
+        attempts = 0
+        for step in range(1, self.max_tool_steps + 1):
+            # The last request may still ask for tools; they are not run.
+            answer, outcomes = await self._step(
+                upstream, Conversation(self.system_prompt, [*history, *exchange]), emit,
+                run_tools=step < self.max_tool_steps)
+            attempts += answer.attempts
+            message = answer.message
+            messages.append(message)
+            exchange.append(AssistantTurn(message))
+            calls = message.tool_calls
+            if not calls:
+                break
+            for call in calls:
+                outcome = outcomes[id(call)]
+                await emit({"type": "tool_result", "call_id": call.id, "name": call.name,
+                            "content": outcome.content, "is_error": outcome.is_error})
+                exchange.append(ToolResult(call.id or "", call.name or "", outcome.content,
+                                           outcome.is_error))
         if self._session_locks.get(session) is not lock:
-            # Forgotten while this ask ran: its exchange must not bring
-            # the session back.
+            # Forgotten while this ask ran: its exchange must not bring the
+            # session back.
             raise AskFailed("forgotten", f"session {session!r} was forgotten during "
                             "the ask; the answer is not kept")
-        await self._store(self.store.commit, session, [user, AssistantTurn(answer.message)])
-        emit(done_reply(session, answer.message, answer.attempts))
+        await self._store(self.store.commit, session, exchange)
+        await emit(done_reply(session, messages, attempts))
+
+    async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
+                    run_tools: bool):
+        """One model request: its replies streamed, its tool calls run as they
+        complete: the Answer, and the outcome of each call (keyed by id() of the call)."""
+        provider = upstream.provider
+        tools = self.devices.tools() if self.devices else []
+        outcomes: dict[int, ToolOutcome] = {}
+
+        async def run_tool(call) -> None:
+            outcomes[id(call)] = await self.devices.call_tool(call)
+
+        async with trio.open_nursery() as calls:
+            async def forward(event: object) -> None:
+                reply = event_reply(event)
+                if reply is not None:
+                    await emit(reply)
+                    # One network read can decode into many replies: let the
+                    # clients' writers run between them, so a reading client's
+                    # queue measures its reading, not the upstream's chunking.
+                    await trio.lowlevel.checkpoint()
+                if isinstance(event, ev.ToolCallDone):
+                    if not run_tools:
+                        outcomes[id(event.tool_call)] = ToolOutcome(
+                            f"not run: this ask reached its limit of {self.max_tool_steps} "
+                            "model requests", True)
+                    elif self.devices:
+                        calls.start_soon(run_tool, event.tool_call)
+                    else:
+                        outcomes[id(event.tool_call)] = NO_TOOLS
+
+            try:
+                answer = await stream_answer(self.client, provider, conversation, tools,
+                                             on_event=forward, retries=upstream.retries)
+                failure = _failure(provider.name, answer)
+            except ProviderHTTPError as exc:
+                failure = AskFailed("upstream_http", str(exc), status=exc.status)
+            except UpstreamError as exc:
+                failure = AskFailed("upstream_unavailable", str(exc))
+            if failure is not None:
+                calls.cancel_scope.cancel()  # tools of a failed answer are not waited for
+        # Raised out here, not from inside the nursery, so it stays an AskFailed.
+        if failure is not None:
+            raise failure
+        # A call the decoder completed without a ToolCallDone cannot happen;
+        # should one, it gets a result rather than a KeyError.
+        for call in answer.message.tool_calls:
+            outcomes.setdefault(id(call), ToolOutcome("not run: the call never completed",
+                                                      True))
+        return answer, outcomes
 
     async def forget(self, session: str) -> bool:
         self._session_locks.pop(session, None)  # an ask in flight sees it gone
@@ -161,6 +223,21 @@ class Runner:
         # fsync on an SD card can take tens of milliseconds: off the trio loop.
         async with self._store_lock:
             return await trio.to_thread.run_sync(call, *args)
+
+
+def _failure(provider: str, answer) -> AskFailed | None:
+    """Why a streamed answer is not an answer, or None when it is one."""
+    if answer.provider_error is not None:
+        error = answer.provider_error
+        return AskFailed("provider_error", f"{provider}: "
+                         f"{error.message or 'error event without a message'}",
+                         provider_type=error.type)
+    if not answer.ok:
+        why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
+                                     else "the stream ended early")
+        return AskFailed("interrupted", f"{provider}: the answer was cut short ({why}); "
+                         "not kept in the history", text=answer.message.text)
+    return None
 
 
 def event_reply(event: object) -> dict[str, Any] | None:
@@ -189,20 +266,26 @@ def event_reply(event: object) -> dict[str, Any] | None:
     return None
 
 
-def usage_reply(message: Message) -> dict[str, int] | None:
-    usage = message.usage
-    if usage is None:
-        return None
-    counts = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-              "total_tokens": usage.total_tokens, "cache_read_tokens": usage.cache_read_tokens,
-              "cache_write_tokens": usage.cache_write_tokens,
-              "reasoning_tokens": usage.reasoning_tokens}
-    return {name: count for name, count in counts.items() if count is not None}
+def usage_reply(messages: list[Message]) -> dict[str, int] | None:
+    """Token counts summed over the steps of an ask; a count no step reported is left out."""
+    totals: dict[str, int] = {}
+    for message in messages:
+        if message.usage is None:
+            continue
+        for name in USAGE_FIELDS:
+            count = getattr(message.usage, name)
+            if count is not None:
+                totals[name] = totals.get(name, 0) + count
+    return totals or None
 
 
-def done_reply(session: str, message: Message, attempts: int) -> dict[str, Any]:
-    finish = message.finish_reason
+def done_reply(session: str, messages: list[Message], attempts: int) -> dict[str, Any]:
+    """The done reply of an ask: the last message's finish, the text of every
+    step (what the deltas carried), usage summed over the steps."""
+    last = messages[-1]
+    finish = last.finish_reason
     return {"type": "done", "session": session,
             "finish_reason": finish.value if finish is not None else None,
-            "raw_finish_reason": message.raw_finish_reason,
-            "usage": usage_reply(message), "text": message.text, "attempts": attempts}
+            "raw_finish_reason": last.raw_finish_reason,
+            "usage": usage_reply(messages), "text": "".join(m.text for m in messages),
+            "steps": len(messages), "attempts": attempts}
