@@ -136,6 +136,19 @@ def _forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _install(args: argparse.Namespace) -> int:
+    from agent.service import install
+
+    return install.install(args.root, args.venv, wheel=args.wheel, find_links=args.find_links,
+                           enable=not args.no_enable)
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    from agent.service import install
+
+    return install.uninstall(args.root, args.venv, purge=args.purge)
+
+
 def main(argv: list[str] | None = None) -> int:
     from agent.api.client import default_socket
     from agent.service.config import DEFAULT_PATH
@@ -192,6 +205,30 @@ def main(argv: list[str] | None = None) -> int:
     mock.add_argument("--require-key", metavar="KEY",
                       help="answer 401 unless requests carry this API key")
     mock.set_defaults(func=_mock_llm)
+
+    from agent.service.install import DEFAULT_VENV
+
+    place = argparse.ArgumentParser(add_help=False)
+    place.add_argument("--root", default="/", help="work on this directory tree instead "
+                       "of / (a board image: nothing is started or stopped)")
+    place.add_argument("--venv", default=DEFAULT_VENV,
+                       help="the venv, as a path on the board; default %(default)s")
+
+    install = sub.add_parser("install", parents=[place], help="install the daemon as a "
+                             "systemd service: venv, units, user, config, enable")
+    install.add_argument("--wheel", help="pip install this homeagent wheel into the venv "
+                         "(created if absent); default: keep the venv as it is")
+    install.add_argument("--find-links", metavar="DIR", help="with --wheel: take the "
+                         "dependencies from the wheels in DIR only (pip --no-index)")
+    install.add_argument("--no-enable", action="store_true",
+                         help="write everything but do not enable or start the units")
+    install.set_defaults(func=_install)
+
+    uninstall = sub.add_parser("uninstall", parents=[place], help="stop and remove the "
+                               "service; the config and the state stay unless --purge")
+    uninstall.add_argument("--purge", action="store_true", help="also remove the config, "
+                           "the credentials and the state (session history)")
+    uninstall.set_defaults(func=_uninstall)
 
     args = parser.parse_args(argv)
     return args.func(args)
