@@ -23,6 +23,12 @@ class AskPrinter:
         self.exit_code = 1
         self._in_reasoning = False
         self._dim = reasoning == "dim" and err.isatty()
+        # One screen for both streams (a terminal, or the demo's one stream):
+        # a side line (reasoning, tool call, warning) first ends the answer's
+        # line. Separate destinations keep stdout exactly the answer.
+        self._one_screen = out is err or (out.isatty() and err.isatty())
+        self._answer_open = False  # answer text written since its last newline
+        self._line_broken = False  # ...and that line was ended for a side line
 
     def show(self, reply: dict[str, Any]) -> None:
         if self.as_json:
@@ -37,6 +43,7 @@ class AskPrinter:
         if kind == "reasoning":
             if self.reasoning != "hide":
                 if not self._in_reasoning:
+                    self._side_line()
                     self.err.write(DIM if self._dim else "[reasoning] ")
                 self.err.write(reply["text"])
                 self.err.flush()
@@ -46,7 +53,12 @@ class AskPrinter:
         if kind in ("delta", "refusal"):
             self.out.write(reply["text"])
             self.out.flush()
-        elif kind == "tool_call":
+            self._answer_open = not reply["text"].endswith("\n")
+            self._line_broken = False
+            return
+        if kind in ("tool_call", "tool_result", "warning"):
+            self._side_line()
+        if kind == "tool_call":
             arguments = reply["arguments"]
             if not isinstance(arguments, str):  # a string did not parse: shown as it came
                 arguments = json.dumps(arguments, ensure_ascii=False)
@@ -57,13 +69,20 @@ class AskPrinter:
             detail = f": {reply['detail']}" if reply.get("detail") else ""
             self.err.write(f"[warning {reply['code']}{detail}]\n")
         elif kind == "done":
-            self.out.write("\n")
+            if not self._line_broken:
+                self.out.write("\n")
             self.out.flush()
             self.exit_code = 0
         elif kind in ("error", "shutdown"):
             self.out.flush()
             message = reply.get("message") or reply.get("reason")
             self.err.write(f"\nhomeagent: {reply.get('code', kind)}: {message}\n")
+
+    def _side_line(self) -> None:
+        if self._one_screen and self._answer_open:
+            self.out.write("\n")
+            self.out.flush()
+            self._answer_open, self._line_broken = False, True
 
     def close(self) -> None:
         """The replies stopped (connection lost): leave the terminal undimmed."""

@@ -1,10 +1,14 @@
 """`homeagent demo`: the whole product on loopback, with no key and no network.
 
 It starts `homeagent mock-llm` (scripted answers in the real wire formats),
-writes a config for it in a temporary directory, starts `homeagent serve`
-with a NOTIFY_SOCKET of its own (so it waits for READY=1, as systemd
-would), asks over the Unix socket and streams each answer as it arrives,
-then stops the daemon with SIGTERM and the mock server, and checks that
+and a virtual relay board: a pty pair whose far end a thread here drives,
+speaking the serial line protocol (docs/serial-protocol.md). It writes a
+config for both in a temporary directory (the board is a serial device
+offering the tool set_relay), starts `homeagent serve` with a
+NOTIFY_SOCKET of its own (so it waits for READY=1, as systemd would), asks
+over the Unix socket and streams each answer as it arrives: one of them
+makes the model switch a relay, the board answers, the model confirms.
+Then it stops the daemon with SIGTERM and the mock server, and checks that
 both exited cleanly.
 """
 
@@ -17,12 +21,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from agent.api.client import Client
 from agent.cli_render import AskPrinter
 
-QUESTIONS = ("Why is the heating on?", "客厅现在怎么样？", "And in German, please?")
+QUESTIONS = ("Why is the heating on?", "客厅现在怎么样？", "And in German, please?",
+             "Please switch on relay 2.")
 SESSION = "demo"
 START_TIMEOUT = float(os.environ.get("HOMEAGENT_DEMO_TIMEOUT", "60"))  # qemu is slow
 STOP_TIMEOUT = 30.0
@@ -32,33 +38,111 @@ def run(questions: list[str] | None = None, out=sys.stdout) -> int:
     with tempfile.TemporaryDirectory(prefix="homeagent-demo-") as tmp:
         mock = _start([sys.executable, "-m", "agent.cli", "mock-llm", "--port", "0"],
                       stdout=subprocess.PIPE)
+        board = RelayBoard(os.path.join(tmp, "relay-board"))
         daemon = None
         try:
             url = _mock_url(mock)
             config = os.path.join(tmp, "config.toml")
             with open(config, "w", encoding="utf-8") as f:
-                f.write(config_text(url, tmp))
+                f.write(config_text(url, tmp, board.port))
             print(f"mock model server: {url}", file=out)
+            print(f"virtual relay board on {board.port}", file=out)
             daemon, ready_after = _start_daemon(config, tmp)
             print(f"daemon ready after {ready_after:.2f} s (READY=1), socket "
                   f"{os.path.join(tmp, 'agent.sock')}", file=out)
-            code = _ask_all(os.path.join(tmp, "agent.sock"), questions or QUESTIONS, out)
+            code = _ask_all(os.path.join(tmp, "agent.sock"), questions or QUESTIONS, board, out)
         except RuntimeError as exc:
             print(f"demo failed: {exc}", file=out)
             code = 1
         finally:
             stopped = _stop(daemon, "daemon", out) if daemon is not None else True
             _stop(mock, "mock-llm", out)
+            board.close()
         if daemon is not None and (code or not stopped):
             _show_log(os.path.join(tmp, "daemon.log"), out)
         return code or (0 if stopped else 1)
 
 
-def config_text(mock_url: str, directory: str) -> str:
-    return (f'[daemon]\nsocket = "{directory}/agent.sock"\n'
-            f'state_directory = "{directory}/state"\nshutdown_grace = 5.0\n\n'
-            f'[providers.mock]\nprotocol = "openai-chat"\nbase_url = "{mock_url}/v1"\n'
-            'model = "mock-small"\n')
+def config_text(mock_url: str, directory: str, board_port: str) -> str:
+    return f"""[daemon]
+socket = "{directory}/agent.sock"
+state_directory = "{directory}/state"
+shutdown_grace = 5.0
+
+[providers.mock]
+protocol = "openai-chat"
+base_url = "{mock_url}/v1"
+model = "mock-small"
+
+[devices.relay-board]
+type = "serial"
+port = "{board_port}"
+commands = {{ set_relay = "RELAY {{channel}} {{on}}" }}
+
+[[devices.relay-board.tools]]
+name = "set_relay"
+description = "Switch one of the relay board's eight channels on or off"
+parameters = {{ type = "object", properties = {{ channel = {{ type = "integer", minimum = 1, maximum = 8 }}, on = {{ type = "boolean" }} }}, required = ["channel", "on"], additionalProperties = false }}
+timeout = 5
+"""
+
+
+class RelayBoard:
+    """A relay board on the far end of a pty: it shows the sentences it
+    gets and answers CALL ... RELAY <channel> <true|false>. `port` is a
+    symlink to the pty, as /dev/serial/by-id/... would be."""
+
+    def __init__(self, port: str) -> None:
+        self.port = port
+        self.relays: dict[str, bool] = {}
+        self.shown: list[str] = []  # what it did, for the demo to print between answers
+        self._answers = threading.Semaphore(0)  # one release per DONE line
+        self._master, self._slave = os.openpty()
+        os.symlink(os.ttyname(self._slave), port)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        pending = b""
+        while True:
+            try:
+                data = os.read(self._master, 4096)
+            except OSError:  # closed: the demo is over
+                return
+            if not data:
+                return
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self._line(line.decode("utf-8", "replace").rstrip("\r"))
+
+    def _line(self, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "TEXT":
+            self.shown.append(f"  [relay board display] {rest}")
+        elif word in ("DONE", "ERROR"):
+            self._answers.release()
+        elif word == "CALL":
+            call_id, _, command = rest.partition(" ")
+            parts = command.split()
+            if len(parts) == 3 and parts[0] == "RELAY" and parts[2] in ("true", "false"):
+                self.relays[parts[1]] = parts[2] == "true"
+                reply = f"OK {call_id} relay {parts[1]} is {'on' if self.relays[parts[1]] else 'off'}"
+            else:
+                reply = f"FAIL {call_id} unknown command {command}"
+            self.shown.append(f"  [relay board] {line} -> {reply}")
+            os.write(self._master, reply.encode() + b"\n")
+
+    def take_shown(self, timeout: float) -> list[str]:
+        """What the board did for one answer, once its DONE (or ERROR) came."""
+        self._answers.acquire(timeout=timeout)
+        shown, self.shown = self.shown, []
+        return shown
+
+    def close(self) -> None:
+        os.close(self._master)
+        os.close(self._slave)
+        self._thread.join(5)
 
 
 def _start(argv: list[str], **kwargs) -> subprocess.Popen:
@@ -95,7 +179,7 @@ def _start_daemon(config: str, tmp: str) -> tuple[subprocess.Popen, float]:
     raise RuntimeError(f"the daemon sent no READY=1 within {START_TIMEOUT:g} s")
 
 
-def _ask_all(path: str, questions, out) -> int:
+def _ask_all(path: str, questions, board: RelayBoard, out) -> int:
     printer = AskPrinter(out, out, reasoning="dim" if out.isatty() else "show")
     with Client(path) as client:
         for question in questions:
@@ -106,6 +190,8 @@ def _ask_all(path: str, questions, out) -> int:
                     usage = reply.get("usage") or {}
                     print(f"[{reply['finish_reason']}, {usage.get('output_tokens', '?')} "
                           f"output tokens]", file=out)
+            for line in board.take_shown(timeout=10):
+                print(line, file=out)
             if printer.exit_code:
                 return printer.exit_code
         history = client.call("history", session=SESSION)

@@ -69,7 +69,18 @@ NO_REASONING = TOOL_LINE + WARNING_LINE
     ("hide", True, NO_REASONING),
 ])
 def test_an_answered_ask(reasoning, tty, err):
-    assert run(ANSWERED, reasoning, tty=tty) == (ANSWER, err, 0)
+    # On one terminal the warning's line first ends the answer's line; into a
+    # pipe stdout stays exactly the answer.
+    answer = "It is sunny \nin Zürich.\n" if tty else ANSWER
+    assert run(ANSWERED, reasoning, tty=tty) == (answer, err, 0)
+
+
+def test_one_stream_gets_side_lines_on_their_own_lines():
+    stream = io.StringIO()
+    printer = AskPrinter(stream, stream, "show")
+    for reply in [STARTED, DELTA_1, TOOL, {**DELTA_2, "text": "Done."}, DONE]:
+        printer.show(reply)
+    assert stream.getvalue() == "It is sunny \n" + TOOL_LINE + "Done.\n"
 
 
 def test_dim_escapes_only_when_stderr_is_a_terminal():

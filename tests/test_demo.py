@@ -1,5 +1,6 @@
-"""The main job: `homeagent demo` starts the mock model server and the
-daemon, asks over the socket and streams the answers; and `homeagent decode`."""
+"""The main job: `homeagent demo` starts the mock model server, a virtual
+relay board on a pty and the daemon, asks over the socket and streams the
+answers, one of them through a tool call to the board; and `homeagent decode`."""
 
 import subprocess
 import sys
@@ -14,11 +15,22 @@ def test_demo_runs_the_daemon_against_the_mock_and_stops_both_cleanly():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "READY=1" in out
-    # The three default questions: reasoning then its answer, Chinese, German.
+    # The default questions: reasoning then its answer, Chinese, German, a relay.
     assert f"[reasoning] {scripts.REASONING}\n{scripts.REASONED}\n" in out
     assert f"{scripts.CHINESE}\n" in out
     assert f"{scripts.GERMAN}\n" in out
-    assert "session 'demo' keeps 6 turns" in out
+    # The relay: the model's tool call reaches the virtual board over the pty,
+    # the board's answer goes back to the model, which confirms it.
+    assert "\n[tool call set_relay({\"channel\": 2, \"on\": true})]\n" in out
+    assert "[relay board] CALL 1 RELAY 2 true -> OK 1 relay 2 is on" in out
+    assert "[tool result set_relay: relay 2 is on]" in out
+    assert f"{scripts.confirmation('relay 2 is on')}\n" in out
+    # Sentences reached the board's display, the text before the call first.
+    assert out.index("[relay board display] Switching channel 2 on.") < out.index(
+        "[relay board] CALL 1")
+    assert f"[relay board display] {scripts.GERMAN.split('. ')[0]}." in out
+    # user, assistant (tool call), tool result, assistant: 4 turns for the relay
+    assert "session 'demo' keeps 10 turns" in out
     assert "daemon stopped (exit status 0)" in out
     assert "mock-llm stopped (exit status 0)" in out
 

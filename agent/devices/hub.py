@@ -181,10 +181,11 @@ class DeviceHub:
                 continue
             wants = running.device.common.events
             events = [Event(kind, data, request)] if kind in wants else []
-            if "sentence" in wants and kind in ("delta", "done", "error"):
+            if "sentence" in wants and kind in ("delta", "tool_call", "done", "error"):
                 sentences = [Event("sentence", {"text": sentence}, request) for sentence
                              in self._sentences(running, key, kind, data.get("text", ""))]
-                # The answer's last sentences come before its done or error.
+                # The text before a tool call, or the answer's last sentences,
+                # come before the tool call, done or error.
                 events = events + sentences if kind == "delta" else sentences + events
             for event in events:
                 await running.inbox.put(event)
@@ -199,7 +200,7 @@ class DeviceHub:
                     max_chars=common.sentence_max_chars,
                     first_min_chars=common.first_sentence_chars))
             return segmenter.feed(text)
-        running.segmenters.pop(key, None)  # the ask ended: the rest of its text
+        running.segmenters.pop(key, None)  # a step or the ask ended: the rest of its text
         return segmenter.close() if segmenter is not None else []
 
     # ---- tools ----
