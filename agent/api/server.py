@@ -432,6 +432,11 @@ class ApiServer:
 
         try:
             await self.runner.ask(prompt, origin["session"], None, emit)
+        except Exception:
+            # A bug costs this ask, never the hub's nursery and the daemon.
+            log.exception("device %s: ask failed inside the daemon", device)
+            await emit(error("internal_error", "the daemon failed on this ask; its log has "
+                             "the details"))
         finally:
             self.counters[outcome] += 1
 

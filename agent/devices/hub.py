@@ -61,7 +61,7 @@ class _Running:
     device: Device
     inbox: Inbox
     state: str = "starting"        # starting, running, failed
-    since: float = 0.0
+    since: float = field(default_factory=time.monotonic)
     restarts: int = 0
     last_error: str | None = None
     prompts: int = 0
@@ -120,7 +120,8 @@ class DeviceHub:
 
     async def _supervise(self, running: _Running) -> None:
         device = running.device
-        backoff = INITIAL_BACKOFF
+        initial = min(INITIAL_BACKOFF, device.common.restart_max_delay)
+        backoff = initial
         while True:
             running.state, running.since = "starting", time.monotonic()
             try:
@@ -131,7 +132,7 @@ class DeviceHub:
             except Exception as exc:  # any failure of one device is that device's alone
                 error = _describe(exc)
             if time.monotonic() - running.since >= STABLE_AFTER:
-                backoff = INITIAL_BACKOFF
+                backoff = initial
             running.restarts += 1
             self._set_state(running, "failed", error, backoff)
             running.inbox.clear()
@@ -175,11 +176,11 @@ class DeviceHub:
         data = {k: v for k, v in reply.items() if k not in ("type", "id", "request")}
         key = (request.get("client"), request.get("id"), request.get("device"))
         for running in self._devices.values():
+            wants = running.device.common.events
             if running.state != "running":
-                if running.device.common.events & {kind, "sentence"}:
+                if kind in wants or ("sentence" in wants and kind in ("delta", "done", "error")):
                     running.inbox.dropped += 1
                 continue
-            wants = running.device.common.events
             events = [Event(kind, data, request)] if kind in wants else []
             if "sentence" in wants and kind in ("delta", "tool_call", "done", "error"):
                 sentences = [Event("sentence", {"text": sentence}, request) for sentence

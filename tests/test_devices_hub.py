@@ -1,0 +1,615 @@
+"""The device hub (agent/devices/hub.py) and the device inbox
+(agent/devices/base.py), in process, with real handlers: CommandDevice
+running real programs (printf, sleep, sh scripts written into tmp_path) and
+SerialDevice on a real pty (Board, the far end of the cable, from
+test_serial_device), whose lines show exactly which events a device got and
+in which order.
+
+The tool loop's bad calls that the mock model cannot produce (an unknown
+tool, arguments that are not JSON or do not match the schema) are covered
+here, at call_tool(). Waits are bounded by timeout(); the inbox tests run on
+trio's autojump clock, so their timeouts cost no wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.devices.base import Common, Event, Inbox, Overflow, ToolSpec
+from agent.devices.command import CommandDevice
+from agent.devices.hub import MAX_PENDING_PROMPTS, RESULT_LIMIT, DeviceHub, DeviceSpec, ToolOutcome
+from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.devices.serial import SerialDevice, unescape
+from agent.stream.message import ArgumentsError, ToolCall
+from conftest import scaled, timeout
+from test_command_device import until
+from test_serial_device import Board
+
+R1 = {"client": 1, "id": 1, "session": "s-1"}
+R2 = {"client": 2, "id": 1, "session": "s-2"}  # another client, same request id
+FROM_DEVICE = {"device": "panel", "session": "device-panel"}
+
+RELAY = ToolSpec("set_relay", "Switch a relay", {
+    "type": "object",
+    "properties": {"channel": {"type": "integer", "minimum": 1, "maximum": 8},
+                   "on": {"type": "boolean"}},
+    "required": ["channel", "on"], "additionalProperties": False})
+NAP = ToolSpec("nap", "Sleeps", {"type": "object", "properties": {"seconds": {"type": "number"}}},
+               timeout=timeout(0.3))
+BROKEN = ToolSpec("broken", "Always fails", {"type": "object", "properties": {}})
+CHATTY = ToolSpec("chatty", "Prints a lot", {"type": "object", "properties": {}})
+
+
+def spec(cls, name: str, settings: dict, *, events=None, tools=(), **common) -> DeviceSpec:
+    events = cls.DEFAULT_EVENTS if events is None else events
+    return DeviceSpec(Common(name, frozenset(events), tools=tuple(tools), **common), cls,
+                      settings)
+
+
+def serial(name: str, board: Board, events, **settings) -> DeviceSpec:
+    return spec(SerialDevice, name, {"port": str(board.link), "write_timeout": timeout(2),
+                                     **settings}, events=events)
+
+
+def script(path: Path, body: str) -> str:
+    """An executable sh script at path; its path."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+async def no_ask(device: str, text: str) -> None:
+    raise AssertionError(f"unexpected prompt from {device}: {text!r}")
+
+
+@asynccontextmanager
+async def supervised(hub: DeviceHub, ask=no_ask):
+    """hub.run() in a task, cancelled at the end; yields the on_state calls
+    as (time, reply)."""
+    states: list[tuple[float, dict]] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run, ask, lambda reply: states.append((trio.current_time(),
+                                                                        reply)))
+        yield states
+        nursery.cancel_scope.cancel()
+
+
+def status_of(hub: DeviceHub, name: str) -> dict:
+    return next(s for s in hub.status() if s["name"] == name)
+
+
+def state(hub: DeviceHub, name: str) -> str:
+    return status_of(hub, name)["state"]
+
+
+async def all_running(hub: DeviceHub) -> None:
+    await until(lambda: all(s["state"] == "running" for s in hub.status()))
+
+
+@pytest.fixture
+def boards(tmp_path):
+    """boards(name) -> a Board whose link is tmp_path/name; all closed at the end."""
+    made: list[Board] = []
+
+    def make(name: str) -> Board:
+        made.append(Board(tmp_path / name))
+        return made[-1]
+
+    yield make
+    for board in made:
+        board.close()
+
+
+async def lines(board: Board, count: int) -> list[str]:
+    return [await board.line() for _ in range(count)]
+
+
+async def lines_until(board: Board, last: str) -> list[str]:
+    """The board's lines up to and including `last`."""
+    lines = [await board.line()]
+    while lines[-1] != last:
+        lines.append(await board.line())
+    return lines
+
+
+# ---------------------------------------------------------------- inbox
+
+def ev(kind: str, text: str | None = None, request=R1, **data) -> Event:
+    return Event(kind, {**data, **({} if text is None else {"text": text})}, request)
+
+
+async def drain(inbox: Inbox) -> list[Event]:
+    return [await inbox.get() for _ in range(len(inbox))]
+
+
+@pytest.mark.trio
+async def test_block_waits_for_room(autojump_clock):
+    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
+    first, second, third = ev("sentence", "One."), ev("sentence", "Two."), ev("done")
+    await inbox.put(first)
+    await inbox.put(second)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(inbox.put, third)
+        await trio.sleep(4)  # most of block_timeout: the put is still waiting
+        assert len(inbox) == 2 and inbox.dropped == 0
+        assert await inbox.get() == first  # room: the waiting put goes in
+    assert await drain(inbox) == [second, third]
+    assert (inbox.dropped, inbox.coalesced) == (0, 0)  # BLOCK never joins text
+
+
+@pytest.mark.trio
+async def test_block_drops_after_block_timeout(autojump_clock):
+    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
+    queued = [ev("sentence", "One."), ev("sentence", "Two.")]
+    for event in queued:
+        await inbox.put(event)
+    start = trio.current_time()
+    await inbox.put(ev("sentence", "Three."))
+    assert trio.current_time() - start == pytest.approx(5)
+    assert inbox.dropped == 1
+    assert await drain(inbox) == queued
+
+
+@pytest.mark.trio
+async def test_clear_counts_as_dropped_and_lets_a_waiting_put_in(autojump_clock):
+    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
+    await inbox.put(ev("started"))
+    await inbox.put(ev("sentence", "One."))
+    late = ev("done")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(inbox.put, late)
+        await trio.testing.wait_all_tasks_blocked()
+        inbox.clear()
+    assert inbox.dropped == 2
+    assert await drain(inbox) == [late]
+
+
+@pytest.mark.trio
+async def test_drop_oldest_keeps_the_newest_in_order():
+    inbox = Inbox(3, Overflow.DROP_OLDEST)
+    events = [ev("sentence", f"S{i}.") for i in range(5)]
+    for event in events:
+        await inbox.put(event)  # never waits
+    assert (inbox.dropped, inbox.coalesced) == (2, 0)  # text is not joined either
+    assert await drain(inbox) == events[2:]
+
+
+@pytest.mark.trio
+async def test_coalesce_joins_text_into_the_newest_else_drops_the_oldest():
+    inbox = Inbox(2, Overflow.COALESCE)
+    started = ev("started", session="s-1")
+    await inbox.put(started)
+    await inbox.put(ev("sentence", "One.", extra=1))
+    await inbox.put(ev("sentence", "Two."))  # full: joins the newest, with a space
+    assert (inbox.coalesced, inbox.dropped, len(inbox)) == (1, 0, 2)
+    await inbox.put(ev("delta", "Hel"))  # another type: the oldest (started) goes
+    await inbox.put(ev("delta", "lo"))  # deltas join directly
+    assert (inbox.coalesced, inbox.dropped) == (2, 1)
+    assert await drain(inbox) == [ev("sentence", "One. Two.", extra=1), ev("delta", "Hello")]
+
+    await inbox.put(ev("delta", "a"))
+    await inbox.put(ev("delta", "b", request=R2))
+    await inbox.put(ev("delta", "c"))  # R1's newest is not the newest queued: no join
+    assert (inbox.coalesced, inbox.dropped) == (2, 2)
+    await inbox.put(ev("reasoning", "x", request=R2))
+    await inbox.put(ev("reasoning", "y", request=R2))  # reasoning joins directly too
+    await inbox.put(ev("done"))  # not text: the oldest goes
+    assert (inbox.coalesced, inbox.dropped) == (3, 4)
+    assert await drain(inbox) == [ev("reasoning", "xy", request=R2), ev("done")]
+
+
+@pytest.mark.trio
+async def test_coalesce_only_when_full():
+    inbox = Inbox(4, Overflow.COALESCE)
+    events = [ev("sentence", "One."), ev("sentence", "Two."), ev("delta", "a"), ev("delta", "b")]
+    for event in events:
+        await inbox.put(event)
+    assert (inbox.coalesced, inbox.dropped) == (0, 0)
+    assert await drain(inbox) == events
+
+
+# ---------------------------------------------------------------- publish
+
+async def answer(hub: DeviceHub, request, *deltas: str, reasoning: str = "") -> None:
+    """One ask's replies as the API server publishes them."""
+    await hub.publish({"type": "started", "session": request["session"], "provider": "mock",
+                       "model": "m"}, request)
+    if reasoning:
+        await hub.publish({"type": "reasoning", "text": reasoning}, request)
+    for delta in deltas:
+        await hub.publish({"type": "delta", "text": delta}, request)
+    await hub.publish({"type": "tool_call", "call_id": "c", "name": "t", "arguments": {}},
+                      request)
+    await hub.publish({"type": "done", "session": request["session"], "finish_reason": "stop",
+                       "text": "".join(deltas), "steps": 1}, request)
+
+
+@pytest.mark.trio
+async def test_each_device_gets_the_event_types_it_wants(boards):
+    talker, watcher = boards("talker"), boards("watcher")
+    hub = DeviceHub({
+        "talker": serial("talker", talker, {"sentence", "done"}),
+        "watcher": serial("watcher", watcher, {"started", "reasoning", "error"}, send="nothing"),
+    })
+    async with supervised(hub):
+        await all_running(hub)
+        for board in (talker, watcher):
+            assert (await board.line()).startswith("HELLO ")
+        await answer(hub, R1, "Hello the", "re. How are", " you?", reasoning="Hmm.")
+        await hub.publish({"type": "delta", "text": "Cut off mid"}, R2)
+        await hub.publish({"type": "error", "code": "interrupted", "message": "gone"}, R2)
+        await answer(hub, R1, "End.")  # the last lines of both
+        # The answer's last sentence ("How are you?") comes before its done,
+        # an error ends its ask's last sentence too.
+        assert await lines(talker, 6) == ["TEXT Hello there.", "TEXT How are you?",
+                                          "DONE stop", "TEXT Cut off mid", "TEXT End.",
+                                          "DONE stop"]
+        assert await lines(watcher, 4) == ["START s-1", "REASONING Hmm.",
+                                           "ERROR interrupted gone", "START s-1"]
+    assert all((s["dropped"], s["coalesced"]) == (0, 0) for s in hub.status())
+
+
+@pytest.mark.trio
+async def test_each_ask_has_its_own_segmenter(boards):
+    board = boards("panel")
+    hub = DeviceHub({"panel": serial("panel", board, {"sentence", "done"})})
+    async with supervised(hub):
+        assert (await board.line()).startswith("HELLO ")
+        for request, text in ((R1, "Good mor"), (R2, "Bonjour, ça"), (FROM_DEVICE, "Moin"),
+                              (R1, "ning. Bye"), (R2, " va? Oui"), (FROM_DEVICE, " moin.")):
+            await hub.publish({"type": "delta", "text": text}, request)
+        for request in (R1, R2, FROM_DEVICE):
+            await hub.publish({"type": "done", "finish_reason": "stop"}, request)
+        assert await lines_until(board, "DONE stop") == [
+            "TEXT Good morning.", "TEXT Bonjour, ça va?", "TEXT Bye", "DONE stop"]
+        assert await lines_until(board, "DONE stop") == ["TEXT Oui", "DONE stop"]
+        assert await lines_until(board, "DONE stop") == ["TEXT Moin moin.", "DONE stop"]
+
+
+@pytest.mark.trio
+async def test_sentences_run_the_program_one_at_a_time_in_order(tmp_path):
+    out = tmp_path / "spoken"
+    speak = script(tmp_path / "speak.sh", f'printf "%s\\n" "$1" >> {shlex.quote(str(out))}\n')
+    hub = DeviceHub({"speaker": spec(CommandDevice, "speaker", {"argv": [speak, "{text}"]})})
+    async with supervised(hub):
+        await all_running(hub)
+        await answer(hub, R1, "It is 21.5 °C. Th", "e door is ", "locked! Good night")
+        await until(lambda: status_of(hub, "speaker")["runs"] == 3)
+    assert out.read_text().splitlines() == ["It is 21.5 °C.", "The door is locked!",
+                                            "Good night"]
+
+
+ANSWER = ('Well, hello there, friend! It is 21.5 °C, e.g. warm. Mr. Smith said "hi." Then… '
+          "你好。再见！ A long sentence that goes on and on without any stop at all\n"
+          "Last line")
+
+
+MAX_CHARS = 32
+
+
+def reference(first_min_chars: int) -> list[str]:
+    segmenter = Segmenter(SegmenterConfig(max_chars=MAX_CHARS, first_min_chars=first_min_chars))
+    return segmenter.feed(ANSWER) + segmenter.close()
+
+
+async def sentences_received(deltas: list[str], first_min_chars: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as directory:
+        board = Board(Path(directory) / "panel")
+        try:
+            hub = DeviceHub({"panel": spec(
+                SerialDevice, "panel", {"port": str(board.link)}, events={"sentence", "done"},
+                sentence_max_chars=MAX_CHARS, first_sentence_chars=first_min_chars)})
+            async with supervised(hub):
+                assert (await board.line()).startswith("HELLO ")
+                for delta in deltas:
+                    await hub.publish({"type": "delta", "text": delta}, R1)
+                await hub.publish({"type": "done", "finish_reason": "stop"}, R1)
+                lines = await lines_until(board, "DONE stop")
+        finally:
+            board.close()
+    assert all(line.startswith("TEXT ") for line in lines[:-1])
+    return [unescape(line[5:]) for line in lines[:-1]]
+
+
+def test_sentences_do_not_depend_on_where_the_deltas_were_cut():
+    whole = trio.run(sentences_received, [ANSWER], 0)
+    assert whole == reference(0)
+    assert whole == ["Well, hello there, friend!", "It is 21.5 °C, e.g. warm.",
+                     'Mr. Smith said "hi."', "Then…", "你好。", "再见！",
+                     "A long sentence that goes on and", "on without any stop at all",
+                     "Last line"]
+    first = trio.run(sentences_received, [ANSWER], 12)
+    assert first == reference(12) == ["Well, hello there,", "friend!", *whole[1:]]
+
+
+@settings(max_examples=scaled(25), deadline=None, derandomize=True)
+@given(cuts=st.lists(st.integers(0, len(ANSWER)), max_size=20), first=st.sampled_from([0, 12]))
+def test_sentences_for_any_deltas(cuts, first):
+    edges = [0, *sorted(cuts), len(ANSWER)]
+    deltas = [ANSWER[a:b] for a, b in zip(edges, edges[1:])]  # empty deltas included
+    assert trio.run(sentences_received, deltas, first) == reference(first)
+
+
+@pytest.mark.trio
+async def test_a_device_that_is_down_gets_nothing_and_counts_drops(boards):
+    board = boards("panel")
+    board.close()
+    os.unlink(board.link)  # unplugged: the device cannot open its port
+    hub = DeviceHub({"panel": serial("panel", board, {"sentence", "done"})})
+    async with supervised(hub) as states:
+        await until(lambda: state(hub, "panel") == "failed")
+        await hub.publish({"type": "delta", "text": "Lost. Gone"}, R1)
+        await hub.publish({"type": "done", "finish_reason": "stop"}, R1)
+        assert status_of(hub, "panel")["dropped"] == 2
+        assert status_of(hub, "panel")["queued"] == 0
+        board.plug()  # back: the next start opens it
+        assert (await board.line()).startswith("HELLO ")
+        await until(lambda: state(hub, "panel") == "running")
+        await hub.publish({"type": "delta", "text": "Found."}, R2)
+        await hub.publish({"type": "done", "finish_reason": "stop"}, R2)
+        assert await lines_until(board, "DONE stop") == ["TEXT Found.", "DONE stop"]
+    assert [reply["state"] for _, reply in states] == ["failed", "running"]
+    assert status_of(hub, "panel")["dropped"] == 2
+
+
+@pytest.mark.trio
+async def test_a_down_device_counts_only_the_events_it_wants():
+    port = "/nonexistent/homeagent-test-port"
+    hub = DeviceHub({
+        "texts": spec(SerialDevice, "texts", {"port": port}, events={"sentence"}),
+        "ends": spec(SerialDevice, "ends", {"port": port, "send": "nothing"},
+                     events={"done"}),
+    })  # never run: both are starting, not running
+    await answer(hub, R1, "One. ", "Two.", reasoning="Hmm.")
+    # texts wants sentences (from the 2 deltas and the done), ends the done;
+    # started, reasoning and tool_call are nobody's events.
+    assert {s["name"]: s["dropped"] for s in hub.status()} == {"texts": 3, "ends": 1}
+
+
+# ---------------------------------------------------------------- supervision
+
+@pytest.mark.trio
+async def test_a_failing_device_restarts_with_doubling_backoff(tmp_path):
+    program = tmp_path / "speak.sh"
+    out = tmp_path / "spoken"
+    body = f'printf "%s\\n" "$1" >> {shlex.quote(str(out))}\n'
+    speak = script(program, body)
+    hub = DeviceHub({
+        "speaker": spec(CommandDevice, "speaker", {"argv": [speak, "{text}"]},
+                        restart_max_delay=1.0),
+        "steady": spec(CommandDevice, "steady", {"argv": ["true"]}),
+    })
+
+    def runs(name: str) -> int:
+        return status_of(hub, name)["runs"]
+
+    def replies(name: str) -> list[tuple[float, dict]]:
+        return [(at, reply) for at, reply in states if reply["device"] == name]
+
+    async with supervised(hub) as states:
+        await all_running(hub)
+        program.unlink()
+        await hub.publish({"type": "delta", "text": "Hello there. "}, R1)  # the run fails
+        await until(lambda: len(replies("speaker")) == 4)  # running + 3 failures
+        script(program, body)  # the program is back
+        # The other device works on while this one is down.
+        await hub.publish({"type": "delta", "text": "Still here. "}, R1)
+        await until(lambda: runs("steady") == 2)
+        assert status_of(hub, "speaker")["dropped"] == 1
+        await until(lambda: state(hub, "speaker") == "running")
+        await hub.publish({"type": "delta", "text": "Back again. "}, R1)
+        await until(lambda: out.exists() and runs("steady") == 3)
+    assert out.read_text() == "Back again.\n"
+
+    speaker = replies("speaker")
+    assert [reply["state"] for _, reply in speaker] == ["running", "failed", "failed", "failed",
+                                                        "running"]
+    failed = [reply for _, reply in speaker[1:4]]
+    for reply in failed:
+        assert reply["type"] == "device" and reply["device"] == "speaker"
+        assert "FileNotFoundError" in reply["error"] and "speak.sh" in reply["error"]
+    assert [reply["retry_in"] for reply in failed] == [0.5, 1.0, 1.0]  # doubled, capped
+    times = [at for at, _ in speaker]
+    # Each start waits at least the backoff announced by the failure before it.
+    assert times[2] - times[1] >= 0.5 and times[3] - times[2] >= 1.0
+    assert times[4] - times[3] >= 1.0
+    status = status_of(hub, "speaker")
+    assert status["restarts"] == 3 and "speak.sh" in status["last_error"]
+    assert [reply for _, reply in replies("steady")] == [
+        {"type": "device", "device": "steady", "state": "running"}]
+    assert status_of(hub, "steady")["restarts"] == 0
+
+
+@pytest.mark.trio
+async def test_backoff_never_exceeds_restart_max_delay(tmp_path):
+    program = tmp_path / "gone.sh"
+    hub = DeviceHub({"gone": spec(CommandDevice, "gone", {"argv": [script(program, "")]},
+                                  restart_max_delay=0.2)})
+    program.unlink()
+    async with supervised(hub) as states:
+        await until(lambda: len(states) >= 2)
+    assert [reply["state"] for _, reply in states[:2]] == ["failed", "failed"]
+    # restart_max_delay is the longest wait between two starts (config.py
+    # accepts values from 0.1 s), the first one included.
+    assert [reply["retry_in"] for _, reply in states[:2]] == [0.2, 0.2]
+
+
+# ---------------------------------------------------------------- tools
+
+def call(name: str, parsed: dict | None = None, *, arguments: str | None = None,
+         error: ArgumentsError | None = None, detail: str | None = None) -> ToolCall:
+    return ToolCall("call-1", name, json.dumps(parsed) if arguments is None else arguments,
+                    parsed, error, detail, complete=True)
+
+
+@pytest.fixture
+def relay_hub(tmp_path):
+    """A hub with a relay device (a marker-writing script, a sleeper, a
+    failing and a chatty tool), a lamp (another device's tool) and a device
+    whose program is gone; returns (hub, marker)."""
+    marker = tmp_path / "ran"
+    relay = script(tmp_path / "relay.sh", f'echo "$1 $2" >> {shlex.quote(str(marker))}\n'
+                                          'printf "relay %s is %s\\n" "$1" "$2"\n')
+    gone = tmp_path / "gone.sh"
+    hub = DeviceHub({
+        "relay": spec(CommandDevice, "relay", {
+            "argv": ["true"], "max_output": 2 * RESULT_LIMIT,
+            "tool_argv": {"set_relay": [relay, "{channel}", "{on}"],
+                          "nap": ["sleep", "{seconds}"],
+                          "broken": ["sh", "-c", "echo relay jammed >&2; exit 3"],
+                          "chatty": ["sh", "-c", f"yes | head -c {2 * RESULT_LIMIT}"]}},
+            tools=(RELAY, NAP, BROKEN, CHATTY)),
+        "lamp": spec(CommandDevice, "lamp", {"argv": ["true"], "tool_argv": {"dim": ["true"]}},
+                     tools=(ToolSpec("dim", "Dims", {"type": "object", "properties": {}}),)),
+        "down": spec(CommandDevice, "down", {"argv": [script(gone, "")],
+                                             "tool_argv": {"open_door": ["true"]}},
+                     tools=(ToolSpec("open_door", "Opens", {"type": "object",
+                                                            "properties": {}}),)),
+    })
+    gone.unlink()
+    return hub, marker
+
+
+@asynccontextmanager
+async def tools_ready(hub: DeviceHub):
+    """relay_hub's hub running: relay and lamp up, down failed."""
+    async with supervised(hub):
+        await until(lambda: [s["state"] for s in hub.status()] == ["running", "running",
+                                                                   "failed"])
+        yield
+
+
+@pytest.mark.trio
+async def test_call_tool_runs_the_program(relay_hub):
+    hub, marker = relay_hub
+    async with tools_ready(hub):
+        assert [tool.name for tool in hub.tools()] == ["set_relay", "nap", "broken", "chatty",
+                                                       "dim"]  # not open_door: down
+        assert hub.tools()[0].parameters == RELAY.parameters
+        outcome = await hub.call_tool(call("set_relay", {"channel": 2, "on": True}))
+        assert outcome == ToolOutcome("relay 2 is true", False)
+        assert marker.read_text() == "2 true\n"
+        chatty = await hub.call_tool(call("chatty", {}))
+        assert not chatty.is_error and len(chatty.content) == RESULT_LIMIT
+
+
+@pytest.mark.trio
+async def test_bad_calls_are_error_results_and_run_nothing(relay_hub):
+    hub, marker = relay_hub
+    async with tools_ready(hub):
+        unknown = await hub.call_tool(call("unlock", {}))
+        assert unknown.is_error and "'unlock'" in unknown.content
+        assert "broken, chatty, dim, nap, open_door, set_relay" in unknown.content
+
+        not_json = await hub.call_tool(call("set_relay", arguments='{"channel": 2, "on": tr',
+                                            error=ArgumentsError.INVALID_JSON,
+                                            detail="unexpected end at byte 21"))
+        assert not_json.is_error and "invalid_json" in not_json.content
+        assert "unexpected end at byte 21" in not_json.content
+        assert "nothing was run" in not_json.content
+
+        mismatch = await hub.call_tool(call("set_relay", {"channel": 9, "on": "yes",
+                                                          "colour": "red"}))
+        assert mismatch.is_error and mismatch.content.startswith("invalid arguments, nothing "
+                                                                 "was run: ")
+        problems = mismatch.content.split(": ", 1)[1].split("; ")
+        assert len(problems) == 3
+        for where in ("arguments.channel: ", "arguments.on: ", "'colour'"):
+            assert any(where in problem for problem in problems), (where, problems)
+        missing = await hub.call_tool(call("set_relay", {"channel": 1}))
+        assert missing.is_error and "required property 'on'" in missing.content
+
+        down = await hub.call_tool(call("open_door", {}))
+        assert down.is_error and "device down is not available" in down.content
+        assert "failed" in down.content and "gone.sh" in down.content
+        assert not marker.exists()  # none of these ran the relay program
+
+
+@pytest.mark.trio
+async def test_tools_that_fail_or_time_out_give_error_results(relay_hub):
+    hub, _ = relay_hub
+    async with tools_ready(hub):
+        broken = await hub.call_tool(call("broken", {}))  # a ToolError from the device
+        start = trio.current_time()
+        slow = await hub.call_tool(call("nap", {"seconds": 30}))
+        assert trio.current_time() - start < timeout(10)  # the sleep was killed
+    assert broken == ToolOutcome("broken: sh exited with status 3: relay jammed", True)
+    assert slow == ToolOutcome(f"nap did not finish within {NAP.timeout:g} s", True)
+
+
+@pytest.mark.trio
+async def test_a_hub_not_running_offers_no_tools(relay_hub):
+    hub, marker = relay_hub
+    assert hub.tools() == []
+    outcome = await hub.call_tool(call("set_relay", {"channel": 1, "on": False}))
+    assert outcome == ToolOutcome("device relay is not available (starting: starting)", True)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- prompts
+
+@pytest.mark.trio
+async def test_prompts_become_asks_and_too_many_pending_are_refused(boards):
+    board = boards("panel")
+    hub = DeviceHub({"panel": serial("panel", board, {"sentence", "done"})})
+    asked: list[tuple[str, str]] = []
+    release = trio.Event()
+
+    async def ask(device: str, text: str) -> None:
+        asked.append((device, text))
+        await release.wait()
+
+    extra = 2
+    async with supervised(hub, ask):
+        assert (await board.line()).startswith("HELLO ")
+        for n in range(MAX_PENDING_PROMPTS + extra):
+            await board.send(f"PROMPT question {n}\n")
+        await until(lambda: status_of(hub, "panel")["lines_in"] == MAX_PENDING_PROMPTS + extra)
+        await trio.testing.wait_all_tasks_blocked()
+        # The first ones are taken, in whatever order their tasks start.
+        assert sorted(asked) == [("panel", f"question {n}") for n in range(MAX_PENDING_PROMPTS)]
+        release.set()  # the asks end: prompts are taken again
+        await trio.testing.wait_all_tasks_blocked()
+        await board.send("PROMPT one more\n")
+        await until(lambda: len(asked) == MAX_PENDING_PROMPTS + 1)
+    assert asked[-1] == ("panel", "one more")
+    assert state(hub, "panel") == "running"
+
+
+# ---------------------------------------------------------------- status
+
+@pytest.mark.trio
+async def test_status_fields(relay_hub, boards):
+    hub, _ = relay_hub
+    async with tools_ready(hub):
+        await hub.call_tool(call("set_relay", {"channel": 3, "on": False}))
+        statuses = {s["name"]: s for s in hub.status()}
+    relay, down = statuses["relay"], statuses["down"]
+    assert set(relay) == {"name", "kind", "state", "seconds_in_state", "restarts", "last_error",
+                          "queued", "dropped", "coalesced", "tools", "program", "per", "runs",
+                          "failures", "timeouts", "last_run"}
+    assert (relay["name"], relay["kind"], relay["state"], relay["restarts"],
+            relay["last_error"]) == ("relay", "command", "running", 0, None)
+    assert (relay["queued"], relay["dropped"], relay["coalesced"]) == (0, 0, 0)
+    assert relay["tools"] == ["set_relay", "nap", "broken", "chatty"]
+    assert relay["program"] == "true" and relay["per"] == "sentence"
+    assert 0 <= relay["seconds_in_state"] < timeout(30)
+    assert statuses["lamp"]["tools"] == ["dim"]
+    assert down["state"] == "failed" and down["restarts"] >= 1
+    assert "FileNotFoundError" in down["last_error"] and down["tools"] == ["open_door"]
+
+    board = boards("panel")
+    panel = DeviceHub({"panel": serial("panel", board, {"sentence"})}).status()[0]
+    assert panel["kind"] == "serial" and panel["port"] == str(board.link)
+    assert panel["connected"] is False and panel["tools"] == []
