@@ -11,7 +11,8 @@
 #                              (and test deps, bench peers that have one) and the
 #                              wheel into a target dir; precompile bytecode
 #   toolchain/arm64.sh test    4. the C tests and the whole pytest suite, emulated
-#                              (runs stages 1-3 first if their output is missing)
+#                              (runs stages 1-3 first if their output is missing),
+#                              then bench/daemon_bench.py emulated
 #
 # Everything lives under ARM64_WORK (default build/arm64 in the checkout).
 # Environment: ARM64_WORK, HOMEAGENT_TEST_SCALE (0.2 in the emulated run),
@@ -21,7 +22,7 @@
 # Idempotent: the sysroot is reused, the wheel and the site are rebuilt.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-all}" in
     all|sysroot|wheel|site|test) job=${1:-all} ;;
     -h|--help) usage; exit 0 ;;
@@ -227,6 +228,15 @@ do_test() {
     local rc=${PIPESTATUS[0]}
     set -e
     STAGE_TIME[pytest]=$((SECONDS - t0))
+
+    # The daemon's memory and the latency it adds, emulated (qemu's own
+    # memory is in the RSS figures: read them as an upper bound).
+    t0=$SECONDS
+    echo "== arm64: daemon bench, emulated"
+    (cd "$TREE/main" && env QEMU_LD_PREFIX="$SYSROOT" PYTHONPATH="$TSITE" \
+        "$PYARM" bench/daemon_bench.py --python "$PYARM" --rounds 40 --warmup 5 \
+        --clients 20 --waves 2) 2>&1 | tee "$WORK/daemon-bench.txt" || rc=1
+    STAGE_TIME[bench]=$((SECONDS - t0))
 
     "$PYTHON" - "$WORK/pytest.xml" "$WORK/missing-peers.txt" <<'EOF'
 import sys, xml.etree.ElementTree as ET
