@@ -321,6 +321,22 @@ async def test_delay_and_unknown_fault(base_url):
     assert "explode" in response.json()["error"]["message"]
 
 
+@pytest.mark.trio
+@by_name
+async def test_a_forced_tool_call_sends_its_arguments_as_given(base_url, fmt):
+    forced = {"name": "no_such_tool", "arguments": '{"a": tru'}
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"),
+                                                 {"x-mock-tool-call": json.dumps(forced)})
+        response = await client.post(fmt.path, json=fmt.request("Hello"),
+                                     headers={"x-mock-tool-call": '{"name": 1}'})
+    [call] = decoder.message.tool_calls
+    assert (call.name, call.arguments) == ("no_such_tool", '{"a": tru')
+    assert call.error is not None  # invalid JSON, as the test asked for
+    assert response.status_code == 400
+    assert "x-mock-tool-call" in response.text
+
+
 # ---- the request log and the key ----
 
 @pytest.mark.trio

@@ -4,14 +4,14 @@ as real processes (tests/daemon_harness.py), a `[devices.relay]` of type
 provider protocol's wire format for tools, tool calls and tool results as
 the mock recorded them.
 
-The mock always calls the tool with arguments that are valid JSON matching
-the schema, so an unknown tool, arguments that are not JSON or do not match
-the schema cannot be produced through it: those bad calls are covered at
-DeviceHub.call_tool() in tests/test_devices_hub.py.
+Bad calls (an unknown tool, arguments off the schema, arguments that are
+not JSON) come from the mock's x-mock-tool-call header, in all three wire
+formats; DeviceHub.call_tool() has the same cases in tests/test_devices_hub.py.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import httpx
@@ -44,7 +44,8 @@ def mock():
 
 
 def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: float = 10,
-                 sessions: dict | None = None) -> tuple[Daemon, object]:
+                 sessions: dict | None = None,
+                 providers: dict | None = None) -> tuple[Daemon, object]:
     """A daemon in directory with the relay device; (daemon, the script's log)."""
     log = directory / "relay.log"
     program = directory / "relay.sh"
@@ -53,7 +54,7 @@ def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: fl
                        + (f"sleep {sleep}\n" if sleep else "")
                        + 'printf "relay %s is %s\\n" "$1" "$2"\n')
     program.chmod(0o755)
-    daemon = Daemon(directory, mock_url, providers=PROVIDERS, sessions=sessions)
+    daemon = Daemon(directory, mock_url, providers=providers or PROVIDERS, sessions=sessions)
     tool = {"name": "set_relay", "description": DESCRIPTION, "parameters": SCHEMA,
             "timeout": timeout(tool_timeout)}
     device = ["[devices.relay]", 'type = "command"', 'argv = ["true"]', "events = []",
@@ -224,3 +225,50 @@ def test_calls_past_max_tool_steps_are_not_run(tmp_path, mock):
         assert turns[2]["is_error"] is True
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+BAD_CALLS = {
+    # name: (the call the model makes, what its error result starts with)
+    "unknown": ({"name": "set_relay_now", "arguments": '{"channel": 2, "on": true}'},
+                "there is no tool named 'set_relay_now' (tools: set_relay)"),
+    "schema": ({"name": "set_relay", "arguments": '{"channel": 9, "on": "yes"}'},
+               "invalid arguments, nothing was run: arguments.channel: 9 is greater than "
+               "the maximum 8; arguments.on: expected a boolean, got a string"),
+    "json": ({"name": "set_relay", "arguments": '{"channel": 2, "on": tru'},
+             "the arguments were not usable (invalid_json: "),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_calls(tmp_path_factory, mock):
+    """A daemon with one provider per wire format and kind of bad call."""
+    directory = tmp_path_factory.mktemp("bad-calls")
+    providers = {f"{name}-{kind}": {**settings, "headers": {"x-mock-tool-call":
+                                                           json.dumps(call)}}
+                 for name, settings in PROVIDERS.items()
+                 for kind, (call, _) in BAD_CALLS.items()}
+    daemon, log = relay_daemon(directory, mock.url, providers=providers)
+    yield daemon, log
+    assert daemon.stop() == 0, daemon.log()
+
+
+@pytest.mark.parametrize("kind", list(BAD_CALLS))
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_a_bad_call_is_an_error_result_and_the_ask_ends_cleanly(bad_calls, mock, provider,
+                                                                 kind):
+    daemon, log = bad_calls
+    call, error = BAD_CALLS[kind]
+    clear_requests(mock)
+    replies = ask(daemon, f"{provider}-{kind}", f"bad-{provider}-{kind}")
+    [tool_call] = of_type(replies, "tool_call")
+    assert tool_call["name"] == call["name"]
+    [result] = of_type(replies, "tool_result")
+    assert result["is_error"] is True and result["content"].startswith(error), result
+    assert not of_type(replies, "error")
+    done = replies[-1]
+    assert (done["type"], done["steps"]) == ("done", 2)
+    assert done["text"] == f"Calling {call['name']}." + confirmation(result["content"])
+    assert not log.exists()  # nothing ran on the device
+    # The error result went back to the model in the second request.
+    first, second = mock.requests()
+    assert result["content"] in json.dumps(second["body"], ensure_ascii=False)

@@ -85,7 +85,14 @@ class MockApp:
             return Reply(200, [("content-type", "text/event-stream")], [GARBAGE], streaming=True)
 
         streaming = request.get("stream") is True
-        answer = scripts.choose_answer(fmt.conversation(request))
+        conversation = fmt.conversation(request)
+        answer = scripts.choose_answer(conversation)
+        forced = names.get("x-mock-tool-call")
+        if forced and conversation.tool_result is None:
+            try:
+                answer = scripts.forced_tool_call(forced)
+            except ValueError as exc:
+                return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
         turn = _turn(request, body, names)
         if streaming:
             parts = fmt.stream(answer, turn)

@@ -8,6 +8,7 @@ the tools; `Conversation` is what is left once that is read
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ class Conversation:
 class ToolUse:
     name: str
     arguments: dict
+    raw: str | None = None  # the argument string to send instead, valid JSON or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,18 @@ class Answer:
 
 def confirmation(tool_result: str) -> str:
     return f"Done. The device reported: {tool_result.strip()[:200]}"
+
+
+def forced_tool_call(spec: str) -> Answer:
+    """The tool call an x-mock-tool-call header asks for: a JSON object with
+    "name" and "arguments" (the exact string the model sends, so a test can
+    send an unknown tool, arguments off the schema, or invalid JSON)."""
+    value = json.loads(spec)
+    if not (isinstance(value, dict) and isinstance(value.get("name"), str)
+            and isinstance(value.get("arguments"), str)):
+        raise ValueError('x-mock-tool-call is {"name": "...", "arguments": "..."}')
+    return Answer(f"Calling {value['name']}.",
+                  tool_use=ToolUse(value["name"], {}, raw=value["arguments"]))
 
 
 def choose_answer(conversation: Conversation) -> Answer:

@@ -44,7 +44,11 @@ def _json(value) -> str:
 
 
 def arguments_json(answer: Answer) -> str:
-    return json.dumps(answer.tool_use.arguments) if answer.tool_use else ""
+    if answer.tool_use is None:
+        return ""
+    if answer.tool_use.raw is not None:
+        return answer.tool_use.raw
+    return json.dumps(answer.tool_use.arguments)
 
 
 def _output_tokens(answer: Answer) -> int:
