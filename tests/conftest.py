@@ -63,6 +63,16 @@ if EMULATED:
     sys.executable = _wrapper
 
 
+@pytest.fixture(scope="module")
+def mock():
+    """`homeagent mock-llm` as a subprocess (tests/daemon_harness.py), one per module."""
+    from daemon_harness import MockServer
+
+    server = MockServer.start()
+    yield server
+    server.stop()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "not_emulated(reason): cannot run under qemu-user; skipped, with the "

@@ -4,6 +4,7 @@ real NOTIFY_SOCKET receiving their sd_notify datagrams.
 
     mock = MockServer.start()                 # one per test module is enough
     daemon = Daemon(tmp_path, mock.url, providers={"slow": {"headers": {...}}})
+    daemon = Daemon(tmp_path, mock.url, extra="[devices.board]\ntype = ...")  # raw TOML
     daemon.start()                            # waits for READY=1
     with daemon.client() as client: ...
     daemon.stop()                             # SIGTERM; returns the exit status
@@ -67,6 +68,10 @@ class MockServer:
     def requests(self) -> list[dict]:
         return httpx.get(self.url + "/_mock/requests", timeout=timeout(10)).json()
 
+    def clear(self) -> None:
+        """Forget the recorded requests."""
+        httpx.delete(self.url + "/_mock/requests", timeout=timeout(10)).raise_for_status()
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout(20))
@@ -88,7 +93,8 @@ class Daemon:
 
     def __init__(self, directory: Path, mock_url: str, *, daemon: dict | None = None,
                  sessions: dict | None = None, providers: dict | None = None,
-                 default_provider: str = "mock", env: dict | None = None) -> None:
+                 default_provider: str = "mock", env: dict | None = None,
+                 extra: str | None = None) -> None:
         self.dir = Path(directory)
         self.socket_path = str(self.dir / "agent.sock")
         self.config_path = self.dir / "config.toml"
@@ -102,6 +108,7 @@ class Daemon:
         self.providers = {"mock": {}, **(providers or {})}
         self.default_provider = default_provider
         self.extra_env = env or {}
+        self.extra = extra  # raw TOML appended to the config, e.g. [devices.NAME] tables
         self.process: subprocess.Popen | None = None
         self.notify: socket.socket | None = None
         self.write_config()
@@ -117,6 +124,8 @@ class Daemon:
                      "model": "mock-small", **settings}
             lines.append(f"[providers.{name}]")
             lines += [f"{k} = {toml_value(v)}" for k, v in block.items()]
+        if self.extra:
+            lines.append(self.extra.rstrip("\n"))
         return "\n".join(lines) + "\n"
 
     def write_config(self, text: str | None = None) -> None:

@@ -34,13 +34,6 @@ GENERATED_SESSION = re.compile(r"s-[0-9a-f]{12}")
 FINAL = ("done", "error")
 
 
-@pytest.fixture(scope="module")
-def mock():
-    server = MockServer.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def start_daemon(tmp_path, mock):
     """start_daemon(**Daemon kwargs) -> a started daemon; every one is stopped

@@ -12,11 +12,9 @@ import json
 import threading
 import time
 
-import pytest
-
 from agent.mock_llm import scripts
 from conftest import EMULATED, timeout
-from daemon_harness import Daemon, MockServer
+from daemon_harness import Daemon
 
 CLIENTS = 50
 # Measured waves after the warm-up one. Emulated (about 10x slower), fewer
@@ -62,13 +60,6 @@ PROMPTS = [
     ("Wie warm ist es im Wohnzimmer? Bitte auf Deutsch.", scripts.GERMAN),
     ("Say good night with emoji.", scripts.EMOJI),
 ]
-
-
-@pytest.fixture(scope="module")
-def mock():
-    server = MockServer.start()
-    yield server
-    server.stop()
 
 
 def test_each_prompt_gets_its_own_script():

@@ -27,13 +27,6 @@ COMPLETIONS = "/v1/chat/completions"
 ANSWER = scripts.ENGLISH  # what the mock answers a plain question
 
 
-@pytest.fixture(scope="module")
-def mock():
-    server = MockServer.start()
-    yield server
-    server.stop()
-
-
 def _no_traceback(replies) -> None:
     text = json.dumps(replies, ensure_ascii=False)
     assert "Traceback" not in text and 'File "' not in text, text

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import shlex
 
-import httpx
 import pytest
 
 from agent.mock_llm.scripts import confirmation
 from conftest import timeout
-from daemon_harness import Daemon, MockServer, toml_value
+from daemon_harness import Daemon, toml_value
 
 PROMPT = "switch on relay 2"
 ARGUMENTS = {"channel": 2, "on": True}
@@ -34,13 +33,6 @@ PROVIDERS = {"chat": {"protocol": "openai-chat"}, "anthropic": {"protocol": "ant
              "responses": {"protocol": "openai-responses"}}
 PATHS = {"chat": "/v1/chat/completions", "anthropic": "/v1/messages",
          "responses": "/v1/responses"}
-
-
-@pytest.fixture(scope="module")
-def mock():
-    server = MockServer.start()
-    yield server
-    server.stop()
 
 
 def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: float = 10,
@@ -62,10 +54,6 @@ def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: fl
               f"tools = {toml_value([tool])}"]
     daemon.write_config(daemon.config_text() + "\n".join(device) + "\n")
     return daemon.start(), log
-
-
-def clear_requests(mock: MockServer) -> None:
-    httpx.delete(mock.url + "/_mock/requests", timeout=timeout(10)).raise_for_status()
 
 
 def ask(daemon: Daemon, provider: str, session: str) -> list[dict]:
@@ -144,7 +132,7 @@ def wire_checks(provider: str, first: dict, second: dict, call_id: str) -> None:
 def test_a_tool_call_runs_and_its_result_goes_back(relay, mock, provider):
     daemon, log = relay
     runs_before = log.read_text().splitlines() if log.exists() else []
-    clear_requests(mock)
+    mock.clear()
     session = f"relay-{provider}"
     replies = ask(daemon, provider, session)
 
@@ -188,7 +176,7 @@ def test_a_tool_call_runs_and_its_result_goes_back(relay, mock, provider):
 def test_a_tool_past_its_timeout_is_an_error_result(tmp_path, mock):
     daemon, log = relay_daemon(tmp_path, mock.url, sleep=30, tool_timeout=0.5)
     try:
-        clear_requests(mock)
+        mock.clear()
         replies = ask(daemon, "anthropic", "slow-relay")
         [result] = of_type(replies, "tool_result")
         expected = f"set_relay did not finish within {timeout(0.5):g} s"
@@ -208,7 +196,7 @@ def test_a_tool_past_its_timeout_is_an_error_result(tmp_path, mock):
 def test_calls_past_max_tool_steps_are_not_run(tmp_path, mock):
     daemon, log = relay_daemon(tmp_path, mock.url, sessions={"max_tool_steps": 1})
     try:
-        clear_requests(mock)
+        mock.clear()
         replies = ask(daemon, "chat", "one-step")
         [call] = of_type(replies, "tool_call")
         [result] = of_type(replies, "tool_result")
@@ -258,7 +246,7 @@ def test_a_bad_call_is_an_error_result_and_the_ask_ends_cleanly(bad_calls, mock,
                                                                  kind):
     daemon, log = bad_calls
     call, error = BAD_CALLS[kind]
-    clear_requests(mock)
+    mock.clear()
     replies = ask(daemon, f"{provider}-{kind}", f"bad-{provider}-{kind}")
     [tool_call] = of_type(replies, "tool_call")
     assert tool_call["name"] == call["name"]

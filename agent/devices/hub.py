@@ -136,6 +136,7 @@ class DeviceHub:
             running.restarts += 1
             self._set_state(running, "failed", error, backoff)
             running.inbox.clear()
+            running.segmenters.clear()  # text cut off here must not start the next answer
             await trio.sleep(backoff)
             backoff = min(backoff * 2, device.common.restart_max_delay)
 
@@ -180,6 +181,8 @@ class DeviceHub:
             if running.state != "running":
                 if kind in wants or ("sentence" in wants and kind in ("delta", "done", "error")):
                     running.inbox.dropped += 1
+                if kind in ("done", "error"):
+                    running.segmenters.pop(key, None)  # its half sentence goes too
                 continue
             events = [Event(kind, data, request)] if kind in wants else []
             if "sentence" in wants and kind in ("delta", "tool_call", "done", "error"):
