@@ -8,10 +8,22 @@ import sys
 from agent.mock_llm import scripts, wire
 from conftest import timeout
 
+# The demo starts its servers with sys.executable. Under qemu-user that is
+# the aarch64 interpreter itself, which cannot be exec'd from inside the
+# emulation: the command gets the wrapper the tests run under instead (on
+# the host sys.executable is passed unchanged).
+_MAIN = "import sys; sys.executable = sys.argv[1]; from agent.cli import main; " \
+        "sys.exit(main(sys.argv[2:]))"
+
+
+def homeagent(*args: str) -> list[str]:
+    """argv of `homeagent ARGS` as a subprocess."""
+    return [sys.executable, "-c", _MAIN, sys.executable, *args]
+
 
 def test_demo_runs_the_daemon_against_the_mock_and_stops_both_cleanly():
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "demo"], capture_output=True,
-                            text=True, timeout=timeout(120))
+    result = subprocess.run(homeagent("demo"), capture_output=True, text=True,
+                            timeout=timeout(120))
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "READY=1" in out
@@ -36,8 +48,8 @@ def test_demo_runs_the_daemon_against_the_mock_and_stops_both_cleanly():
 
 
 def test_demo_asks_a_given_question():
-    result = subprocess.run([sys.executable, "-m", "agent.cli", "demo", "Any emoji?"],
-                            capture_output=True, text=True, timeout=timeout(120))
+    result = subprocess.run(homeagent("demo", "Any emoji?"), capture_output=True, text=True,
+                            timeout=timeout(120))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"> Any emoji?\n{scripts.EMOJI}\n" in result.stdout
     assert "session 'demo' keeps 2 turns" in result.stdout
