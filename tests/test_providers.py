@@ -447,3 +447,17 @@ async def test_two_answers_share_one_connection(mock):
             assert answer.ok
     first, second = (r["connection"] for r in await mock.requests())
     assert first == second
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), ("", None), ("2", 2.0), ("0.5", 0.5), ("-1", None), ("nan", None),
+    ("inf", None), ("soon", None),
+    # An HTTP date, 90 s after "now" (2026-11-29 12:00:00 GMT), and one in the past.
+    ("Sun, 29 Nov 2026 12:01:30 GMT", 90.0),
+    ("Sun, 29 Nov 2026 11:00:00 GMT", 0.0),
+])
+def test_retry_after_in_seconds_or_as_an_http_date(value, expected):
+    from agent.providers.client import retry_after
+
+    now = 1795953600.0  # 2026-11-29 12:00:00 GMT
+    assert retry_after(value, now) == expected

@@ -7,7 +7,8 @@ build_request (agent/providers/requests.py) and the provider decoders.
 
 Every decoded event is awaited through on_event as it arrives, then the
 Answer comes back. The rules:
-- Retries (exponential backoff with full jitter, Retry-After honoured) on
+- Retries (exponential backoff with full jitter, Retry-After honoured, in
+  seconds or as an HTTP date) on
   connection failures, 408, 429 and 5xx, only while no event has been
   forwarded: once the caller has seen a delta, a retry would repeat it.
 - A non-2xx answer that is not retried raises ProviderHTTPError with the
@@ -24,8 +25,12 @@ Answer comes back. The rules:
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
+import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -198,7 +203,7 @@ async def _http_error(provider: Provider, response: httpx.Response) -> ProviderH
         # Some providers echo a wrong key back in their message.
         message = message.replace(provider.api_key, "***")
     return ProviderHTTPError(provider.name, response.status_code, message[:ERROR_MESSAGE_LIMIT],
-                             _retry_after(response.headers.get("retry-after")))
+                             retry_after(response.headers.get("retry-after")))
 
 
 def _error_message(body: bytes) -> str | None:
@@ -219,13 +224,23 @@ def _error_message(body: bytes) -> str | None:
     return body.decode("utf-8", "replace").strip() or None
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds; an HTTP date is not honoured (backoff instead)."""
-    try:
-        seconds = float(value) if value else None
-    except ValueError:
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After in seconds from now: delay-seconds or an HTTP date (RFC
+    9110); None when absent or unreadable (then backoff decides). A date in
+    the past is 0."""
+    if not value:
         return None
-    return seconds if seconds is not None and seconds >= 0 else None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # an HTTP date is GMT; a naive one is read as such
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return seconds if seconds >= 0 and math.isfinite(seconds) else None
 
 
 def _describe(exc: httpx.TransportError) -> str:
