@@ -29,6 +29,7 @@ import trio
 
 from agent.api import protocol
 from agent.api.protocol import Line, LineReader, Request, RequestError, encode, error
+from agent.session.codec import turn_summary
 
 log = logging.getLogger("homeagent.api")
 
@@ -373,8 +374,6 @@ class ApiServer:
         conn.send({"id": request.id, "type": "ok"})
 
     async def _session_op(self, conn: _Connection, request: Request) -> None:
-        from agent.session.codec import turn_summary
-
         session = request.args["session"] if request.op != "sessions" else None
         try:
             if request.op == "sessions":
