@@ -162,6 +162,28 @@ async def test_block_drops_after_block_timeout(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_block_drops_at_once_until_the_device_makes_room(autojump_clock):
+    # A stuck device costs the stream one block_timeout, not one per event.
+    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
+    queued = [ev("sentence", "One."), ev("sentence", "Two.")]
+    for event in queued:
+        await inbox.put(event)
+    start = trio.current_time()
+    for text in ("Three.", "Four.", "Five."):
+        await inbox.put(ev("sentence", text))
+    assert trio.current_time() - start == pytest.approx(5)
+    assert (inbox.dropped, inbox.stalled) == (3, True)
+    assert await inbox.get() == queued[0]  # the device reads: waiting is back
+    assert not inbox.stalled
+    await inbox.put(ev("sentence", "Six."))  # room: in at once
+    start = trio.current_time()
+    await inbox.put(ev("sentence", "Seven."))  # full again: waited for, then dropped
+    assert trio.current_time() - start == pytest.approx(5)
+    assert [e.text for e in await drain(inbox)] == ["Two.", "Six."]
+    assert inbox.dropped == 4
+
+
+@pytest.mark.trio
 async def test_clear_counts_as_dropped_and_lets_a_waiting_put_in(autojump_clock):
     inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
     await inbox.put(ev("started"))

@@ -30,6 +30,7 @@ TEXT_EVENTS = frozenset({"delta", "sentence", "reasoning"})
 class Overflow(enum.Enum):
     """What a full inbox does with the next event."""
     BLOCK = "block"              # the stream waits, up to the device's block_timeout, then drops
+                                 # (and drops at once until the device makes room again)
     DROP_OLDEST = "drop_oldest"  # the oldest queued event makes room
     COALESCE = "coalesce"        # text joins the newest queued text of its kind; else drop oldest
 
@@ -128,6 +129,9 @@ class Inbox:
     block_timeout: float = 2.0
     dropped: int = 0
     coalesced: int = 0
+    # A BLOCK wait that ran out: the device is not keeping up, so later
+    # events are dropped at once instead of each costing the stream a wait.
+    stalled: bool = False
     _events: deque = field(default_factory=deque)
     _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     _writable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
@@ -138,15 +142,18 @@ class Inbox:
     def clear(self) -> None:
         self.dropped += len(self._events)
         self._events.clear()
+        self.stalled = False
         self._writable.unpark_all()
 
     async def put(self, event: Event) -> None:
         if len(self._events) >= self.size:
             if self.overflow is Overflow.BLOCK:
-                with trio.move_on_after(self.block_timeout):
-                    while len(self._events) >= self.size:
-                        await self._writable.park()
+                if not self.stalled:
+                    with trio.move_on_after(self.block_timeout):
+                        while len(self._events) >= self.size:
+                            await self._writable.park()
                 if len(self._events) >= self.size:
+                    self.stalled = True
                     self.dropped += 1
                     return
             elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
@@ -175,6 +182,7 @@ class Inbox:
         while not self._events:
             await self._readable.park()
         event = self._events.popleft()
+        self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
         return event
 
