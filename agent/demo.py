@@ -15,7 +15,6 @@ both exited cleanly.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ import time
 
 from agent.api.client import Client
 from agent.cli_render import AskPrinter
+from agent.mock_llm import server as mock_server
 
 QUESTIONS = ("Why is the heating on?", "客厅现在怎么样？", "And in German, please?",
              "Please switch on relay 2.")
@@ -36,12 +36,14 @@ STOP_TIMEOUT = 30.0
 
 def run(questions: list[str] | None = None, out=sys.stdout) -> int:
     with tempfile.TemporaryDirectory(prefix="homeagent-demo-") as tmp:
-        mock = _start([sys.executable, "-m", "agent.cli", "mock-llm", "--port", "0"],
-                      stdout=subprocess.PIPE)
+        try:
+            mock, url = mock_server.spawn()
+        except RuntimeError as exc:
+            print(f"demo failed: {exc}", file=out)
+            return 1
         board = RelayBoard(os.path.join(tmp, "relay-board"))
         daemon = None
         try:
-            url = _mock_url(mock)
             config = os.path.join(tmp, "config.toml")
             with open(config, "w", encoding="utf-8") as f:
                 f.write(config_text(url, tmp, board.port))
@@ -145,18 +147,6 @@ class RelayBoard:
         self._thread.join(5)
 
 
-def _start(argv: list[str], **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, text=True, **kwargs)
-
-
-def _mock_url(mock: subprocess.Popen) -> str:
-    line = mock.stdout.readline()
-    match = re.search(r"listening on (http://\S+)", line)
-    if match is None:
-        raise RuntimeError(f"mock-llm did not start (it said {line.strip()!r})")
-    return match.group(1)
-
-
 def _start_daemon(config: str, tmp: str) -> tuple[subprocess.Popen, float]:
     """Start `homeagent serve` and wait for its READY=1 on our notify socket."""
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -165,8 +155,8 @@ def _start_daemon(config: str, tmp: str) -> tuple[subprocess.Popen, float]:
     env = {**os.environ, "NOTIFY_SOCKET": os.path.join(tmp, "notify.sock")}
     began = time.monotonic()
     with open(os.path.join(tmp, "daemon.log"), "w") as log:
-        daemon = _start([sys.executable, "-m", "agent.cli", "serve", "--config", config],
-                        env=env, stderr=log)
+        daemon = subprocess.Popen([sys.executable, "-m", "agent.cli", "serve", "--config",
+                                   config], stdin=subprocess.DEVNULL, env=env, stderr=log)
     with notify:
         while time.monotonic() - began < START_TIMEOUT:
             if daemon.poll() is not None:
@@ -199,19 +189,25 @@ def _ask_all(path: str, questions, board: RelayBoard, out) -> int:
     return 0
 
 
-def _stop(process: subprocess.Popen, name: str, out) -> bool:
-    """SIGTERM, then wait; True when it exited 0."""
+def terminate(process: subprocess.Popen, wait: float = STOP_TIMEOUT) -> int:
+    """SIGTERM, up to `wait` seconds for it to exit, then SIGKILL: its exit status."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(STOP_TIMEOUT)
+            process.wait(wait)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
     if process.stdout is not None:
         process.stdout.close()
-    print(f"{name} stopped (exit status {process.returncode})", file=out)
-    return process.returncode == 0
+    return process.returncode
+
+
+def _stop(process: subprocess.Popen, name: str, out) -> bool:
+    """Stop it and say so; True when it exited 0."""
+    code = terminate(process)
+    print(f"{name} stopped (exit status {code})", file=out)
+    return code == 0
 
 
 def _show_log(path: str, out) -> None:

@@ -50,8 +50,6 @@ import json
 import math
 import os
 import platform
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -69,7 +67,9 @@ except ImportError:  # not installed: run from the source tree
 import httpx  # noqa: E402
 
 from agent.api.client import Client, DaemonUnavailable  # noqa: E402
+from agent.demo import terminate  # noqa: E402
 from agent.mock_llm import scripts  # noqa: E402
+from agent.mock_llm import server as mock_server  # noqa: E402
 from agent.providers.requests import Conversation, UserTurn, build_request  # noqa: E402
 from agent.service.config import load as load_config  # noqa: E402
 
@@ -138,15 +138,10 @@ def child_env() -> dict:
 
 
 def start_mock(python: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([python, "-m", "agent.cli", "mock-llm", "--port", "0"],
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                               env=child_env())
-    line = process.stdout.readline()
-    match = re.search(r"listening on (http://\S+)", line)
-    if match is None:
-        process.kill()
-        raise BenchError(f"mock-llm did not start: {line!r}")
-    return process, match.group(1)
+    try:
+        return mock_server.spawn(python, env=child_env())
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def write_config(directory: str, mock_url: str, load_delay_ms: int) -> str:
@@ -183,16 +178,6 @@ def start_daemon(python: str, config_path: str, socket_path: str,
                 raise BenchError(f"the daemon did not answer within {START_TIMEOUT:g} s:\n"
                                  f"{_tail(log_path)}") from None
             time.sleep(0.05)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(START_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _tail(path: str, size: int = 4000) -> str:
@@ -421,8 +406,8 @@ def run(rounds: int = 200, clients: int = 50, waves: int = 3, warmup: int = 10,
             raise
         finally:
             if daemon is not None:
-                stop(daemon)
-            stop(mock)
+                terminate(daemon, START_TIMEOUT)
+            terminate(mock, START_TIMEOUT)
             mock.stdout.close()
         if daemon.returncode != 0:
             raise BenchError(f"the daemon exited {daemon.returncode}:\n{_tail(log_path)}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ import httpx
 from signal import SIGTERM
 
 from agent.api.client import Client
+from agent.mock_llm.server import spawn
 from conftest import timeout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,15 +55,7 @@ class MockServer:
 
     @classmethod
     def start(cls) -> "MockServer":
-        process = subprocess.Popen([sys.executable, "-m", "agent.cli", "mock-llm", "--port", "0"],
-                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                   env=_env(), cwd=REPO)
-        line = process.stdout.readline()
-        match = re.search(r"listening on (http://\S+)", line)
-        if match is None:
-            process.kill()
-            raise RuntimeError(f"mock-llm did not start: {line!r}")
-        return cls(process, match.group(1))
+        return cls(*spawn(sys.executable, env=_env(), cwd=REPO))
 
     def requests(self) -> list[dict]:
         return httpx.get(self.url + "/_mock/requests", timeout=timeout(10)).json()

@@ -9,8 +9,12 @@ connection.
 from __future__ import annotations
 
 import itertools
+import re
 import signal
+import subprocess
+import sys
 from functools import partial
+from typing import Any
 
 import h11
 import trio
@@ -20,6 +24,24 @@ from agent.mock_llm.app import Ending, MockApp, Reply
 RECEIVE_SIZE = 65536
 MAX_BODY = 8 * 1024 * 1024
 SERVER_HEADER = ("server", "homeagent-mock-llm")
+LISTENING = re.compile(r"mock-llm listening on (http://\S+)")  # the line main() prints
+
+
+def spawn(python: str = sys.executable, **popen: Any) -> tuple[subprocess.Popen, str]:
+    """`homeagent mock-llm --port 0` as a child process: the process and its
+    base URL, read from the line it prints once listening. RuntimeError (the
+    child stopped) when it does not start."""
+    process = subprocess.Popen([python, "-m", "agent.cli", "mock-llm", "--port", "0"],
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                               **popen)
+    line = process.stdout.readline()
+    match = LISTENING.search(line)
+    if match is None:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        raise RuntimeError(f"mock-llm did not start (it said {line.strip()!r})")
+    return process, match.group(1)
 
 
 async def serve(host: str = "127.0.0.1", port: int = 0, *, app: MockApp | None = None,
