@@ -1,5 +1,5 @@
 """Helpers shared by the decoder tests: recorded streams from ../shared,
-feeding a body in given splits."""
+feeding a body in given splits, mutating bytes."""
 
 from __future__ import annotations
 
@@ -49,3 +49,21 @@ def feed_split(decoder, body: bytes, cuts: list[int]) -> list:
 def cuts_for(body_len: int, max_cuts: int = 40):
     """A hypothesis strategy of cut offsets for a body of body_len bytes."""
     return st.lists(st.integers(min_value=1, max_value=max(1, body_len - 1)), max_size=max_cuts)
+
+
+def mutate(draw, data: bytes, edits: int, bytes_from: st.SearchStrategy) -> bytes:
+    """data after `edits` random single-byte inserts, deletes or replacements;
+    draw is a hypothesis draw (st.composite's, or st.data().draw)."""
+    b = bytearray(data)
+    for _ in range(edits):
+        i = draw(st.integers(0, len(b)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        byte = draw(bytes_from)
+        if op == "insert":
+            b[i:i] = bytes([byte])
+        elif i < len(b):
+            if op == "delete":
+                del b[i]
+            else:
+                b[i] = byte
+    return bytes(b)

@@ -21,6 +21,7 @@ from agent.stream import JSONError, loads, loads_flagged
 from agent.stream.events import JSONStatus
 from conftest import scaled
 from reference import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, RefJSONError, ref_loads
+from streams import mutate
 
 SUITE = Path(__file__).resolve().parents[2] / "shared" / "jsontestsuite" / "test_parsing"
 R = "\ufffd"
@@ -627,21 +628,10 @@ def test_generated_objects_with_duplicate_keys(pairs):
           suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_DOCS, options=_DUMP_OPTIONS, data=st.data())
 def test_mutated_documents(doc, options, data):
-    b = bytearray(json.dumps(doc, **options).encode("utf-8"))
-    for _ in range(data.draw(st.integers(1, 3))):
-        i = data.draw(st.integers(0, len(b)))
-        op = data.draw(st.sampled_from(["insert", "delete", "replace"]))
-        byte = data.draw(st.one_of(
-            st.integers(0, 255),
-            st.sampled_from(b'[]{},:"\\ -+.eE0123456789tfn\t\n\r\x00\x7f\x80\xbf\xc3\xed\xef\xf0\xff')))
-        if op == "insert":
-            b[i:i] = bytes([byte])
-        elif i < len(b):
-            if op == "delete":
-                del b[i]
-            else:
-                b[i] = byte
-    agree(bytes(b))
+    agree(mutate(data.draw, json.dumps(doc, **options).encode("utf-8"),
+                 data.draw(st.integers(1, 3)), st.one_of(
+                     st.integers(0, 255),
+                     st.sampled_from(b'[]{},:"\\ -+.eE0123456789tfn\t\n\r\x00\x7f\x80\xbf\xc3\xed\xef\xf0\xff'))))
 
 
 _JSONISH = st.lists(st.one_of(

@@ -39,6 +39,7 @@ from agent.stream.events import (
 )
 from conftest import scaled
 from reference import RefSSE
+from streams import mutate
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 CAP = 1024  # a buffer that holds every hand-written event unless said
@@ -536,19 +537,8 @@ _TOKENS = st.one_of(
 @st.composite
 def mutated_stream(draw) -> bytes:
     """A generated stream with a few bytes inserted, deleted or replaced."""
-    b = bytearray(draw(sse_stream(max_events=5)))
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(b)))
-        op = draw(st.sampled_from(["insert", "delete", "replace"]))
-        byte = draw(st.integers(0, 255))
-        if op == "insert":
-            b[i:i] = bytes([byte])
-        elif i < len(b):
-            if op == "delete":
-                del b[i]
-            else:
-                b[i] = byte
-    return bytes(b)
+    stream = draw(sse_stream(max_events=5))
+    return mutate(draw, stream, draw(st.integers(1, 4)), st.integers(0, 255))
 
 
 @settings(max_examples=scaled(150), deadline=None,

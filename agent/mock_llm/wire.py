@@ -73,6 +73,11 @@ def _last_user_text(messages: list) -> str:
     return ""
 
 
+def _last(items: list) -> dict:
+    """The last message or item, {} when there is none or it is not an object."""
+    return items[-1] if items and isinstance(items[-1], dict) else {}
+
+
 def _names(tools, name_of) -> tuple[str, ...]:
     if not isinstance(tools, list):
         return ()
@@ -100,7 +105,7 @@ class ChatCompletions:
     @staticmethod
     def conversation(body: dict) -> Conversation:
         messages = _list(body.get("messages"))
-        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        last = _last(messages)
         result = _text(last.get("content")) if last.get("role") == "tool" else None
         tools = _names(body.get("tools"), lambda t: (t.get("function") or {}).get("name"))
         return Conversation(_last_user_text(messages), result, tools)
@@ -166,7 +171,7 @@ class AnthropicMessages:
     @staticmethod
     def conversation(body: dict) -> Conversation:
         messages = _list(body.get("messages"))
-        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        last = _last(messages)
         results = [block for block in _list(last.get("content"))
                    if isinstance(block, dict) and block.get("type") == "tool_result"]
         result = _text(results[-1].get("content")) if results else None
@@ -256,7 +261,7 @@ class Responses:
         if isinstance(items, str):
             return Conversation(items, None, ())
         items = _list(items)
-        last = items[-1] if items and isinstance(items[-1], dict) else {}
+        last = _last(items)
         result = None
         if last.get("type") == "function_call_output":
             output = last.get("output")
