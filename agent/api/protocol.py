@@ -186,6 +186,12 @@ def error(code: str, message: str, request_id: str | int | None = None,
     return {"id": request_id, "type": "error", "code": code, "message": message, **extra}
 
 
+def internal_error(what: str, request_id: str | int | None = None) -> dict[str, Any]:
+    """A bug in the daemon, costing one request or ask: the log has the rest."""
+    return error("internal_error", f"the daemon failed on this {what}; its log has the "
+                 "details", request_id)
+
+
 def hello(server: str, max_line: int, capabilities: list[str]) -> dict[str, Any]:
     return {"type": "hello", "protocol": PROTOCOL_VERSION, "server": server,
             "operations": list(OPERATIONS), "capabilities": capabilities,

@@ -28,7 +28,8 @@ from typing import Any, Callable
 import trio
 
 from agent.api import protocol
-from agent.api.protocol import Line, LineReader, Request, RequestError, encode, error
+from agent.api.protocol import (Line, LineReader, Request, RequestError, encode, error,
+                                internal_error)
 from agent.session.codec import turn_summary
 
 log = logging.getLogger("homeagent.api")
@@ -272,8 +273,7 @@ class ApiServer:
         except Exception:
             # A bug must cost one request, never the daemon.
             log.exception("client %d %s: internal error on a request", conn.number, conn.peer)
-            conn.send(error("internal_error", "the daemon failed on this request; "
-                            "its log has the details"))
+            conn.send(internal_error("request"))
 
     def _handle(self, conn: _Connection, line: bytes, nursery: trio.Nursery) -> None:
         request = protocol.parse_request(line)
@@ -341,8 +341,7 @@ class ApiServer:
                 except Exception:
                     log.exception("client %d: ask id=%r failed inside the daemon", conn.number,
                                   flight.request_id)
-                    await emit(error("internal_error", "the daemon failed on this ask; its "
-                                     "log has the details", flight.request_id))
+                    await emit(internal_error("ask", flight.request_id))
             if flight.scope.cancelled_caught:
                 outcome = "cancelled"
                 code, message = flight.cancel_reason or ("cancelled", "cancelled")
@@ -391,8 +390,7 @@ class ApiServer:
         except Exception:
             log.exception("client %d: %s id=%r failed inside the daemon", conn.number,
                           request.op, request.id)
-            conn.send(error("internal_error", "the daemon failed on this request; its log "
-                            "has the details", request.id))
+            conn.send(internal_error("request", request.id))
 
     async def publish(self, reply: dict[str, Any], origin: dict[str, Any]) -> None:
         """A reply of any ask to the subscribers and the devices; origin names
@@ -434,8 +432,7 @@ class ApiServer:
         except Exception:
             # A bug costs this ask, never the hub's nursery and the daemon.
             log.exception("device %s: ask failed inside the daemon", device)
-            await emit(error("internal_error", "the daemon failed on this ask; its log has "
-                             "the details"))
+            await emit(internal_error("ask"))
         finally:
             self.counters[outcome] += 1
 

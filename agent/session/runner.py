@@ -101,7 +101,7 @@ class Runner:
             await self._ask(prompt, session, provider_name, emit)
         except AskFailed as failure:
             await emit({"type": "error", "code": failure.code, "message": str(failure),
-                  **failure.extra})
+                        **failure.extra})
 
     async def _ask(self, prompt: str, session: str | None, provider_name: str | None,
                    emit: Emit) -> None:
