@@ -151,12 +151,18 @@ async def test_block_waits_for_room(autojump_clock):
     assert (inbox.dropped, inbox.coalesced) == (0, 0)  # BLOCK never joins text
 
 
-@pytest.mark.trio
-async def test_block_drops_after_block_timeout(autojump_clock):
+async def full_blocking_inbox() -> tuple[Inbox, list[Event]]:
+    """A BLOCK inbox of 2 (block_timeout 5 s), full: it and what it holds."""
     inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
     queued = [ev("sentence", "One."), ev("sentence", "Two.")]
     for event in queued:
         await inbox.put(event)
+    return inbox, queued
+
+
+@pytest.mark.trio
+async def test_block_drops_after_block_timeout(autojump_clock):
+    inbox, queued = await full_blocking_inbox()
     start = trio.current_time()
     await inbox.put(ev("sentence", "Three."))
     assert trio.current_time() - start == pytest.approx(5)
@@ -167,10 +173,7 @@ async def test_block_drops_after_block_timeout(autojump_clock):
 @pytest.mark.trio
 async def test_block_drops_at_once_until_the_device_makes_room(autojump_clock):
     # A stuck device costs the stream one block_timeout, not one per event.
-    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
-    queued = [ev("sentence", "One."), ev("sentence", "Two.")]
-    for event in queued:
-        await inbox.put(event)
+    inbox, queued = await full_blocking_inbox()
     start = trio.current_time()
     for text in ("Three.", "Four.", "Five."):
         await inbox.put(ev("sentence", text))
