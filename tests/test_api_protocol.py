@@ -8,12 +8,15 @@
     every field's wrong type, every missing required field, every field of
     another operation, the id rules, the error codes with the id echoed once
     it could be read; hypothesis-built requests round-trip;
-(c) encode, error() and hello().
+(c) the replies (agent/api/replies.py): dump_line, encode of each reply
+    type, and ErrorCode held equal to docs/protocol.md's table.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -24,17 +27,15 @@ from agent.api.protocol import (
     DEFAULT_MAX_LINE,
     MAX_ID_LENGTH,
     OPERATIONS,
-    PROTOCOL_VERSION,
     Line,
     LineReader,
     LineTooLong,
     Request,
     RequestError,
-    encode,
-    error,
-    hello,
     parse_request,
 )
+from agent.api import replies
+from agent.api.replies import PROTOCOL_VERSION, ErrorCode, dump_line, encode
 from conftest import scaled
 from streams import cuts_for, feed_split, random_reads
 
@@ -469,23 +470,25 @@ def test_random_ids(request_id):
 # (c) replies
 # ---------------------------------------------------------------------------
 
-def test_encode_is_one_compact_utf8_line():
+def test_dump_line_is_one_compact_utf8_line():
     reply = {"id": 1, "type": "delta", "text": "Grüße 😀 \u2028 \n\r\t\"\\"}
-    out = encode(reply)
+    out = dump_line(reply)
     assert out == ('{"id":1,"type":"delta","text":"Grüße 😀 \u2028 \\n\\r\\t\\"\\\\"}'
                    .encode("utf-8") + b"\n")
     assert out.count(b"\n") == 1
     assert json.loads(out) == reply
+    assert encode(replies.Delta(reply["text"]), 1) == out
 
 
-def test_encode_with_a_lone_surrogate_is_an_ascii_line():
+def test_dump_line_with_a_lone_surrogate_is_an_ascii_line():
     reply = {"id": "é", "type": "delta", "text": "a\ud800b", "more": ["😀", "\udfff"]}
-    out = encode(reply)
+    out = dump_line(reply)
     assert out == (b'{"id":"\\u00e9","type":"delta","text":"a\\ud800b",'
                    b'"more":["\\ud83d\\ude00","\\udfff"]}\n')
     assert json.loads(out) == reply
     # and the server's own parser refuses it as a request, as it should
     assert parse_request(out.rstrip(b"\n")) == LONE_SURROGATE
+    assert encode(replies.Delta("a\ud800b"), "é") == b'{"id":"\\u00e9","type":"delta","text":"a\\ud800b"}\n'
 
 
 _JSON = st.recursive(
@@ -499,8 +502,8 @@ _JSON = st.recursive(
 
 @settings(max_examples=scaled(300), deadline=None)
 @given(reply=st.dictionaries(st.text(max_size=8), _JSON, max_size=5))
-def test_encode_round_trips(reply):
-    out = encode(reply)
+def test_dump_line_round_trips(reply):
+    out = dump_line(reply)
     assert out.endswith(b"\n") and out.count(b"\n") == 1
     assert json.loads(out) == reply
     try:
@@ -512,20 +515,90 @@ def test_encode_round_trips(reply):
 
 
 def test_error():
-    assert error("bad_field", "ask: prompt is empty", 7) == {
-        "id": 7, "type": "error", "code": "bad_field", "message": "ask: prompt is empty"}
-    assert error("overflow", "too many") == {
-        "id": None, "type": "error", "code": "overflow", "message": "too many"}
-    assert error("upstream_http", "HTTP 502", "a", status=502) == {
-        "id": "a", "type": "error", "code": "upstream_http", "message": "HTTP 502",
-        "status": 502}
-    assert encode(error("x", "y", 1)) == b'{"id":1,"type":"error","code":"x","message":"y"}\n'
+    assert encode(replies.Error(ErrorCode.BAD_FIELD, "ask: prompt is empty"), 7) == (
+        b'{"id":7,"type":"error","code":"bad_field","message":"ask: prompt is empty"}\n')
+    assert encode(replies.Error(ErrorCode.OVERFLOW, "too many"), None) == (
+        b'{"id":null,"type":"error","code":"overflow","message":"too many"}\n')
+    assert encode(replies.Error(ErrorCode.UPSTREAM_HTTP, "HTTP 502", status=502), "a") == (
+        b'{"id":"a","type":"error","code":"upstream_http","message":"HTTP 502","status":502}\n')
+    # provider_type is null when the provider's error had no type, not left out
+    assert json.loads(encode(replies.Error(ErrorCode.PROVIDER_ERROR, "p: x",
+                                           provider_type=None), 1)) == {
+        "id": 1, "type": "error", "code": "provider_error", "message": "p: x",
+        "provider_type": None}
+    assert json.loads(encode(replies.Error(ErrorCode.INTERRUPTED, "cut", text="Hal"), 2)) == {
+        "id": 2, "type": "error", "code": "interrupted", "message": "cut", "text": "Hal"}
 
 
 def test_hello():
-    reply = hello("homeagent 0.1", 4096, ["stream", "cancel"])
-    assert reply == {"type": "hello", "protocol": PROTOCOL_VERSION, "server": "homeagent 0.1",
-                     "operations": list(OPERATION_FIELDS), "capabilities": ["stream", "cancel"],
-                     "max_line_bytes": 4096}
+    reply = replies.Hello(PROTOCOL_VERSION, "homeagent 0.1", OPERATIONS, ("stream", "cancel"),
+                          4096)
+    assert json.loads(encode(reply)) == {
+        "type": "hello", "protocol": PROTOCOL_VERSION, "server": "homeagent 0.1",
+        "operations": list(OPERATION_FIELDS), "capabilities": ["stream", "cancel"],
+        "max_line_bytes": 4096}
     assert PROTOCOL_VERSION == 1
-    assert json.loads(encode(reply)) == reply
+
+
+def test_every_reply_on_the_wire():
+    """Field names, their order, and null versus absent, of each reply type."""
+    usage = {"input_tokens": 3}
+    cases = [
+        (replies.Started("s", "p", "m"), 1,
+         '{"id":1,"type":"started","session":"s","provider":"p","model":"m"}'),
+        (replies.Reasoning("r"), 1, '{"id":1,"type":"reasoning","text":"r"}'),
+        (replies.Refusal("no"), 1, '{"id":1,"type":"refusal","text":"no"}'),
+        (replies.ToolCall("c", "t", {"a": 1}), 1,
+         '{"id":1,"type":"tool_call","call_id":"c","name":"t","arguments":{"a":1}}'),
+        (replies.ToolCall("c", None, "{x", "invalid_json"), 1,
+         '{"id":1,"type":"tool_call","call_id":"c","name":null,"arguments":"{x",'
+         '"error":"invalid_json"}'),
+        (replies.ToolResult("c", "t", "ok", False), 1,
+         '{"id":1,"type":"tool_result","call_id":"c","name":"t","content":"ok",'
+         '"is_error":false}'),
+        (replies.UpstreamWarning("unknown_sse_field", "x"), 1,
+         '{"id":1,"type":"warning","code":"unknown_sse_field","detail":"x"}'),
+        (replies.Done("s", "stop", None, None, "Hi", 1, 1), 1,
+         '{"id":1,"type":"done","session":"s","finish_reason":"stop",'
+         '"raw_finish_reason":null,"usage":null,"text":"Hi","steps":1,"attempts":1}'),
+        (replies.Done("s", None, "end", usage, "", 2, 3), 1,
+         '{"id":1,"type":"done","session":"s","finish_reason":null,"raw_finish_reason":"end",'
+         '"usage":{"input_tokens":3},"text":"","steps":2,"attempts":3}'),
+        (replies.Status({"server": "h", "protocol": 1}, 0, (), {"asks": 0}, False), "s",
+         '{"id":"s","type":"status","server":"h","protocol":1,"clients":0,"active":[],'
+         '"counters":{"asks":0},"draining":false}'),
+        (replies.Sessions([{"session": "a"}]), 1,
+         '{"id":1,"type":"sessions","sessions":[{"session":"a"}]}'),
+        (replies.History("a", []), 1, '{"id":1,"type":"history","session":"a","turns":[]}'),
+        (replies.Ok(), 1, '{"id":1,"type":"ok"}'),
+        (replies.Ok(forgotten=False), 1, '{"id":1,"type":"ok","forgotten":false}'),
+        (replies.Subscribed(), 1, '{"id":1,"type":"subscribed"}'),
+        (replies.Shutdown("bye"), replies.UNADDRESSED, '{"type":"shutdown","reason":"bye"}'),
+        (replies.Device("d", "running"), replies.UNADDRESSED,
+         '{"type":"device","device":"d","state":"running"}'),
+        (replies.Device("d", "failed", "OSError: x", 0.5), 9,
+         '{"id":9,"type":"device","device":"d","state":"failed","error":"OSError: x",'
+         '"retry_in":0.5}'),
+    ]
+    for reply, request_id, line in cases:
+        assert encode(reply, request_id) == line.encode() + b"\n", reply
+    origin = {"client": 1, "id": 2, "session": "s"}
+    assert encode(replies.Delta("x"), "sub", origin) == (
+        b'{"id":"sub","type":"delta","text":"x","request":{"client":1,"id":2,"session":"s"}}\n')
+
+
+def test_replies_are_frozen():
+    reply = replies.Delta("x")
+    with pytest.raises(AttributeError):
+        reply.text = "y"
+    assert not hasattr(reply, "__dict__")
+
+
+def test_error_codes_are_the_documented_ones():
+    docs = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    table = docs[docs.index("| code | when |"):]
+    table = table[:table.index("\n\n")]
+    documented = set()
+    for row in table.splitlines()[2:]:
+        documented.update(re.findall(r"`([a-z0-9_]+)`", row.split("|")[1]))
+    assert documented == {code.value for code in ErrorCode}

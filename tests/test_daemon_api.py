@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from agent.api.protocol import OPERATIONS, PROTOCOL_VERSION
+from agent.api.protocol import OPERATIONS
+from agent.api.replies import PROTOCOL_VERSION
 from agent.mock_llm.scripts import CHINESE, EMOJI, ENGLISH, REASONED, REASONING
 from conftest import timeout
 from daemon_harness import REPO, Daemon, MockServer, Raw, _env, ask_text

@@ -26,6 +26,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.api import replies
+from agent.api.replies import ErrorCode
 from agent.devices.base import Common, Event, Inbox, Overflow, ToolSpec
 from agent.devices.command import CommandDevice
 from agent.devices.hub import MAX_PENDING_PROMPTS, RESULT_LIMIT, DeviceHub, DeviceSpec, ToolOutcome
@@ -39,6 +41,7 @@ from test_serial_device import Board
 R1 = {"client": 1, "id": 1, "session": "s-1"}
 R2 = {"client": 2, "id": 1, "session": "s-2"}  # another client, same request id
 FROM_DEVICE = {"device": "panel", "session": "device-panel"}
+DONE = replies.Done("s-1", "stop", None, None, "", 1, 1)
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
     "type": "object",
@@ -76,11 +79,11 @@ async def no_ask(device: str, text: str) -> None:
 @asynccontextmanager
 async def supervised(hub: DeviceHub, ask=no_ask):
     """hub.run() in a task, cancelled at the end; yields the on_state calls
-    as (time, reply)."""
+    as (time, reply as a subscriber reads it)."""
     states: list[tuple[float, dict]] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(hub.run, ask, lambda reply: states.append((trio.current_time(),
-                                                                        reply)))
+        await nursery.start(hub.run, ask, lambda reply: states.append(
+            (trio.current_time(), json.loads(replies.encode(reply)))))
         yield states
         nursery.cancel_scope.cancel()
 
@@ -148,12 +151,18 @@ async def test_block_waits_for_room(autojump_clock):
     assert (inbox.dropped, inbox.coalesced) == (0, 0)  # BLOCK never joins text
 
 
-@pytest.mark.trio
-async def test_block_drops_after_block_timeout(autojump_clock):
+async def full_blocking_inbox() -> tuple[Inbox, list[Event]]:
+    """A BLOCK inbox of 2 (block_timeout 5 s), full: it and what it holds."""
     inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
     queued = [ev("sentence", "One."), ev("sentence", "Two.")]
     for event in queued:
         await inbox.put(event)
+    return inbox, queued
+
+
+@pytest.mark.trio
+async def test_block_drops_after_block_timeout(autojump_clock):
+    inbox, queued = await full_blocking_inbox()
     start = trio.current_time()
     await inbox.put(ev("sentence", "Three."))
     assert trio.current_time() - start == pytest.approx(5)
@@ -164,10 +173,7 @@ async def test_block_drops_after_block_timeout(autojump_clock):
 @pytest.mark.trio
 async def test_block_drops_at_once_until_the_device_makes_room(autojump_clock):
     # A stuck device costs the stream one block_timeout, not one per event.
-    inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
-    queued = [ev("sentence", "One."), ev("sentence", "Two.")]
-    for event in queued:
-        await inbox.put(event)
+    inbox, queued = await full_blocking_inbox()
     start = trio.current_time()
     for text in ("Three.", "Four.", "Five."):
         await inbox.put(ev("sentence", text))
@@ -245,16 +251,14 @@ async def test_coalesce_only_when_full():
 
 async def answer(hub: DeviceHub, request, *deltas: str, reasoning: str = "") -> None:
     """One ask's replies as the API server publishes them."""
-    await hub.publish({"type": "started", "session": request["session"], "provider": "mock",
-                       "model": "m"}, request)
+    await hub.publish(replies.Started(request["session"], "mock", "m"), request)
     if reasoning:
-        await hub.publish({"type": "reasoning", "text": reasoning}, request)
+        await hub.publish(replies.Reasoning(reasoning), request)
     for delta in deltas:
-        await hub.publish({"type": "delta", "text": delta}, request)
-    await hub.publish({"type": "tool_call", "call_id": "c", "name": "t", "arguments": {}},
-                      request)
-    await hub.publish({"type": "done", "session": request["session"], "finish_reason": "stop",
-                       "text": "".join(deltas), "steps": 1}, request)
+        await hub.publish(replies.Delta(delta), request)
+    await hub.publish(replies.ToolCall("c", "t", {}), request)
+    await hub.publish(replies.Done(request["session"], "stop", None, None, "".join(deltas), 1,
+                                   1), request)
 
 
 @pytest.mark.trio
@@ -269,8 +273,8 @@ async def test_each_device_gets_the_event_types_it_wants(boards):
         for board in (talker, watcher):
             assert (await board.line()).startswith("HELLO ")
         await answer(hub, R1, "Hello the", "re. How are", " you?", reasoning="Hmm.")
-        await hub.publish({"type": "delta", "text": "Cut off mid"}, R2)
-        await hub.publish({"type": "error", "code": "interrupted", "message": "gone"}, R2)
+        await hub.publish(replies.Delta("Cut off mid"), R2)
+        await hub.publish(replies.Error(ErrorCode.INTERRUPTED, "gone"), R2)
         await answer(hub, R1, "End.")  # the last lines of both
         # The answer's last sentence ("How are you?") comes before its done,
         # an error ends its ask's last sentence too.
@@ -290,9 +294,9 @@ async def test_each_ask_has_its_own_segmenter(boards):
         assert (await board.line()).startswith("HELLO ")
         for request, text in ((R1, "Good mor"), (R2, "Bonjour, ça"), (FROM_DEVICE, "Moin"),
                               (R1, "ning. Bye"), (R2, " va? Oui"), (FROM_DEVICE, " moin.")):
-            await hub.publish({"type": "delta", "text": text}, request)
+            await hub.publish(replies.Delta(text), request)
         for request in (R1, R2, FROM_DEVICE):
-            await hub.publish({"type": "done", "finish_reason": "stop"}, request)
+            await hub.publish(DONE, request)
         assert await lines_until(board, "DONE stop") == [
             "TEXT Good morning.", "TEXT Bonjour, ça va?", "TEXT Bye", "DONE stop"]
         assert await lines_until(board, "DONE stop") == ["TEXT Oui", "DONE stop"]
@@ -335,8 +339,8 @@ async def sentences_received(deltas: list[str], first_min_chars: int) -> list[st
             async with supervised(hub):
                 assert (await board.line()).startswith("HELLO ")
                 for delta in deltas:
-                    await hub.publish({"type": "delta", "text": delta}, R1)
-                await hub.publish({"type": "done", "finish_reason": "stop"}, R1)
+                    await hub.publish(replies.Delta(delta), R1)
+                await hub.publish(DONE, R1)
                 lines = await lines_until(board, "DONE stop")
         finally:
             board.close()
@@ -371,15 +375,15 @@ async def test_a_device_that_is_down_gets_nothing_and_counts_drops(boards):
     hub = DeviceHub({"panel": serial("panel", board, {"sentence", "done"})})
     async with supervised(hub) as states:
         await until(lambda: state(hub, "panel") == "failed")
-        await hub.publish({"type": "delta", "text": "Lost. Gone"}, R1)
-        await hub.publish({"type": "done", "finish_reason": "stop"}, R1)
+        await hub.publish(replies.Delta("Lost. Gone"), R1)
+        await hub.publish(DONE, R1)
         assert status_of(hub, "panel")["dropped"] == 2
         assert status_of(hub, "panel")["queued"] == 0
         board.plug()  # back: the next start opens it
         assert (await board.line()).startswith("HELLO ")
         await until(lambda: state(hub, "panel") == "running")
-        await hub.publish({"type": "delta", "text": "Found."}, R2)
-        await hub.publish({"type": "done", "finish_reason": "stop"}, R2)
+        await hub.publish(replies.Delta("Found."), R2)
+        await hub.publish(DONE, R2)
         assert await lines_until(board, "DONE stop") == ["TEXT Found.", "DONE stop"]
     assert [reply["state"] for _, reply in states] == ["failed", "running"]
     assert status_of(hub, "panel")["dropped"] == 2
@@ -416,25 +420,25 @@ async def test_a_failing_device_restarts_with_doubling_backoff(tmp_path):
     def runs(name: str) -> int:
         return status_of(hub, name)["runs"]
 
-    def replies(name: str) -> list[tuple[float, dict]]:
+    def states_of(name: str) -> list[tuple[float, dict]]:
         return [(at, reply) for at, reply in states if reply["device"] == name]
 
     async with supervised(hub) as states:
         await all_running(hub)
         program.unlink()
-        await hub.publish({"type": "delta", "text": "Hello there. "}, R1)  # the run fails
-        await until(lambda: len(replies("speaker")) == 4)  # running + 3 failures
+        await hub.publish(replies.Delta("Hello there. "), R1)  # the run fails
+        await until(lambda: len(states_of("speaker")) == 4)  # running + 3 failures
         script(program, body)  # the program is back
         # The other device works on while this one is down.
-        await hub.publish({"type": "delta", "text": "Still here. "}, R1)
+        await hub.publish(replies.Delta("Still here. "), R1)
         await until(lambda: runs("steady") == 2)
         assert status_of(hub, "speaker")["dropped"] == 1
         await until(lambda: state(hub, "speaker") == "running")
-        await hub.publish({"type": "delta", "text": "Back again. "}, R1)
+        await hub.publish(replies.Delta("Back again. "), R1)
         await until(lambda: out.exists() and runs("steady") == 3)
     assert out.read_text() == "Back again.\n"
 
-    speaker = replies("speaker")
+    speaker = states_of("speaker")
     assert [reply["state"] for _, reply in speaker] == ["running", "failed", "failed", "failed",
                                                         "running"]
     failed = [reply for _, reply in speaker[1:4]]
@@ -448,7 +452,7 @@ async def test_a_failing_device_restarts_with_doubling_backoff(tmp_path):
     assert times[4] - times[3] >= 1.0
     status = status_of(hub, "speaker")
     assert status["restarts"] == 3 and "speak.sh" in status["last_error"]
-    assert [reply for _, reply in replies("steady")] == [
+    assert [reply for _, reply in states_of("steady")] == [
         {"type": "device", "device": "steady", "state": "running"}]
     assert status_of(hub, "steady")["restarts"] == 0
 

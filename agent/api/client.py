@@ -1,5 +1,6 @@
 """A blocking client of the socket API, for the CLI and the demo: a plain
-socket and json, so a one-shot command starts fast (no trio, no httpx).
+socket and json, so a one-shot command starts fast (no trio, no httpx, no C
+core: replies.py is as light).
 
     with Client(path) as client:
         for reply in client.request("ask", prompt="Hello"):
@@ -17,10 +18,9 @@ import os
 import socket
 from typing import Any, Iterator
 
+from agent.api.replies import FINAL, FINAL_DEFAULT, Error, Shutdown, dump_line
+
 DEFAULT_SOCKET = "/run/homeagent/agent.sock"
-# The replies that end a request, by operation; ask and subscribe stream until one.
-_FINAL = {"ask": {"done", "error"}, "subscribe": {"error"}}
-_FINAL_DEFAULT = {"status", "sessions", "history", "ok", "error"}
 
 
 def default_socket() -> str:
@@ -55,7 +55,7 @@ class Client:
         self._file = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         hello = self._read()
-        if hello.get("type") == "error":
+        if hello.get("type") == Error.type:
             raise DaemonUnavailable(f"the daemon refused the connection: {hello.get('message')}")
         self.hello = hello
 
@@ -71,27 +71,22 @@ class Client:
 
     def send(self, op: str, **args: Any) -> int:
         request_id = next(self._ids)
-        request = {"id": request_id, "op": op, **args}
-        try:
-            line = json.dumps(request, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (undecodable bytes in argv): sent escaped, the
-            # daemon then names the problem.
-            line = json.dumps(request).encode("ascii")
-        self._sock.sendall(line + b"\n")
+        # A lone surrogate (undecodable bytes in argv) goes escaped; the
+        # daemon then names the problem.
+        self._sock.sendall(dump_line({"id": request_id, "op": op, **args}))
         return request_id
 
     def request(self, op: str, **args: Any) -> Iterator[dict[str, Any]]:
         return self.replies(self.send(op, **args), op)
 
     def replies(self, request_id: int, op: str) -> Iterator[dict[str, Any]]:
-        final = _FINAL.get(op, _FINAL_DEFAULT)
+        final = FINAL.get(op, FINAL_DEFAULT)
         while True:
             reply = self._read()
             if reply.get("id") not in (request_id, None):
                 continue  # the reply to an earlier request (a cancel's "ok")
             yield reply
-            if reply.get("type") in final or reply.get("type") == "shutdown":
+            if reply.get("type") in final or reply.get("type") == Shutdown.type:
                 return
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:

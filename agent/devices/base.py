@@ -8,8 +8,8 @@ each other, and a handler never blocks the stream: while it is down, its
 events are dropped and counted.
 
 Events are the replies of asks as the socket API sends them
-(docs/protocol.md: started, delta, reasoning, tool_call, tool_result, done,
-error), plus `sentence`: the answer's text cut by the segmenter
+(agent/api/replies.py: started, delta, reasoning, tool_call, tool_result,
+done, error), plus `sentence`: the answer's text cut by the segmenter
 (agent/devices/segmenter.py) for handlers that speak or display it.
 """
 
@@ -22,9 +22,13 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping
 
 import trio
 
-EVENT_TYPES = frozenset({"started", "delta", "sentence", "reasoning", "tool_call",
-                         "tool_result", "done", "error"})
-TEXT_EVENTS = frozenset({"delta", "sentence", "reasoning"})
+from agent.api import replies
+
+SENTENCE = "sentence"
+EVENT_TYPES = frozenset({SENTENCE, *(reply.type for reply in (
+    replies.Started, replies.Delta, replies.Reasoning, replies.ToolCall, replies.ToolResult,
+    replies.Done, replies.Error))})
+TEXT_EVENTS = frozenset({replies.Delta.type, SENTENCE, replies.Reasoning.type})
 
 
 class Overflow(enum.Enum):
@@ -172,7 +176,7 @@ class Inbox:
         newest = self._events[-1]
         if newest.type != event.type or newest.request != event.request:
             return False
-        joiner = " " if event.type == "sentence" else ""
+        joiner = " " if event.type == SENTENCE else ""
         self._events[-1] = Event(newest.type, {**newest.data, "text": newest.text + joiner
                                                + event.text}, newest.request)
         self.coalesced += 1

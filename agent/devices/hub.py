@@ -17,6 +17,7 @@ and where the model's tool calls reach a device.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import trio
 
-from agent.devices.base import Common, Device, Event, Inbox, ToolError, ToolSpec
+from agent.api import replies
+from agent.devices.base import SENTENCE, Common, Device, Event, Inbox, ToolError, ToolSpec
 from agent.devices.segmenter import Segmenter, SegmenterConfig
 from agent.providers.requests import Tool
 from agent.stream.message import ToolCall
@@ -56,11 +58,22 @@ class ToolOutcome:
     is_error: bool
 
 
+class DeviceState(enum.Enum):
+    STARTING = "starting"  # run() called, not yet reported started
+    RUNNING = "running"    # started: gets events, offers its tools
+    FAILED = "failed"      # run() raised or returned; started again after a backoff
+
+
+# An ask's replies that end what a segmenter has of its text.
+_ENDS_TEXT = (replies.ToolCall, replies.Done, replies.Error)
+_ENDS_ASK = (replies.Done, replies.Error)
+
+
 @dataclass(eq=False)
 class _Running:
     device: Device
     inbox: Inbox
-    state: str = "starting"        # starting, running, failed
+    state: DeviceState = DeviceState.STARTING
     since: float = field(default_factory=time.monotonic)
     restarts: int = 0
     last_error: str | None = None
@@ -86,7 +99,7 @@ def _describe(exc: BaseException) -> str:
 
 
 AskHook = Callable[[str, str], Awaitable[None]]        # (device name, prompt)
-StateHook = Callable[[dict[str, Any]], None]          # a `device` reply for subscribers
+StateHook = Callable[[replies.Device], None]          # for subscribers
 
 
 class DeviceHub:
@@ -123,36 +136,34 @@ class DeviceHub:
         initial = min(INITIAL_BACKOFF, device.common.restart_max_delay)
         backoff = initial
         while True:
-            running.state, running.since = "starting", time.monotonic()
+            running.state, running.since = DeviceState.STARTING, time.monotonic()
             try:
                 await device.run(running.inbox, partial(self._prompt, running),
                                  task_status=_Started(partial(self._set_state, running,
-                                                              "running")))
+                                                              DeviceState.RUNNING)))
                 error = "run() returned"  # a handler should run until cancelled
             except Exception as exc:  # any failure of one device is that device's alone
                 error = _describe(exc)
             if time.monotonic() - running.since >= STABLE_AFTER:
                 backoff = initial
             running.restarts += 1
-            self._set_state(running, "failed", error, backoff)
+            self._set_state(running, DeviceState.FAILED, error, backoff)
             running.inbox.clear()
             running.segmenters.clear()  # text cut off here must not start the next answer
             await trio.sleep(backoff)
             backoff = min(backoff * 2, device.common.restart_max_delay)
 
-    def _set_state(self, running: _Running, state: str, error: str | None = None,
+    def _set_state(self, running: _Running, state: DeviceState, error: str | None = None,
                    retry_in: float | None = None) -> None:
         running.state, running.since = state, time.monotonic()
-        reply: dict[str, Any] = {"type": "device", "device": running.device.name, "state": state}
         if error is not None:
             running.last_error = error
-            reply.update(error=error, retry_in=retry_in)
             log.warning("device %s failed (%s); next start in %g s", running.device.name,
                         error, retry_in)
         else:
-            log.info("device %s %s", running.device.name, state)
+            log.info("device %s %s", running.device.name, state.value)
         if self._on_state is not None:
-            self._on_state(reply)
+            self._on_state(replies.Device(running.device.name, state.value, error, retry_in))
 
     async def _prompt(self, running: _Running, text: str) -> None:
         name = running.device.name
@@ -171,34 +182,36 @@ class DeviceHub:
 
     # ---- events ----
 
-    async def publish(self, reply: Mapping[str, Any], request: Mapping[str, Any]) -> None:
-        """One reply of an ask (without its id) to every device that wants it."""
-        kind = reply["type"]
-        data = {k: v for k, v in reply.items() if k not in ("type", "id", "request")}
+    async def publish(self, reply: replies.Reply, request: Mapping[str, Any]) -> None:
+        """One reply of an ask to every device that wants it."""
+        kind = reply.type
+        data = reply.fields()
         key = (request.get("client"), request.get("id"), request.get("device"))
+        is_delta = isinstance(reply, replies.Delta)
         for running in self._devices.values():
             wants = running.device.common.events
-            if running.state != "running":
-                if kind in wants or ("sentence" in wants and kind in ("delta", "done", "error")):
+            if running.state is not DeviceState.RUNNING:
+                if kind in wants or (SENTENCE in wants and (is_delta
+                                                            or isinstance(reply, _ENDS_ASK))):
                     running.inbox.dropped += 1
-                if kind in ("done", "error"):
+                if isinstance(reply, _ENDS_ASK):
                     running.segmenters.pop(key, None)  # its half sentence goes too
                 continue
             events = [Event(kind, data, request)] if kind in wants else []
-            if "sentence" in wants and kind in ("delta", "tool_call", "done", "error"):
-                sentences = [Event("sentence", {"text": sentence}, request) for sentence
-                             in self._sentences(running, key, kind, data.get("text", ""))]
+            if SENTENCE in wants and (is_delta or isinstance(reply, _ENDS_TEXT)):
+                sentences = [Event(SENTENCE, {"text": sentence}, request) for sentence
+                             in self._sentences(running, key, is_delta, data.get("text", ""))]
                 # The text before a tool call, or the answer's last sentences,
                 # come before the tool call, done or error.
-                events = events + sentences if kind == "delta" else sentences + events
+                events = events + sentences if is_delta else sentences + events
             for event in events:
                 await running.inbox.put(event)
 
     @staticmethod
-    def _sentences(running: _Running, key, kind: str, text: str) -> list[str]:
+    def _sentences(running: _Running, key, is_delta: bool, text: str) -> list[str]:
         common = running.device.common
         segmenter = running.segmenters.get(key)
-        if kind == "delta":
+        if is_delta:
             if segmenter is None:
                 segmenter = running.segmenters[key] = Segmenter(SegmenterConfig(
                     max_chars=common.sentence_max_chars,
@@ -213,7 +226,7 @@ class DeviceHub:
         """The tools of the devices that are running, for the next request."""
         return [Tool(spec.name, spec.description, spec.parameters)
                 for name, spec in self._tools.values()
-                if self._devices[name].state == "running"]
+                if self._devices[name].state is DeviceState.RUNNING]
 
     async def call_tool(self, call: ToolCall) -> ToolOutcome:
         if call.error is not None:
@@ -231,8 +244,8 @@ class DeviceHub:
             return ToolOutcome("invalid arguments, nothing was run: " + "; ".join(problems),
                                True)
         running = self._devices[device_name]
-        if running.state != "running":
-            return ToolOutcome(f"device {device_name} is not available ({running.state}: "
+        if running.state is not DeviceState.RUNNING:
+            return ToolOutcome(f"device {device_name} is not available ({running.state.value}: "
                                f"{running.last_error or 'starting'})", True)
         try:
             with trio.fail_after(spec.timeout):
@@ -251,7 +264,7 @@ class DeviceHub:
 
     def status(self) -> list[dict[str, Any]]:
         now = time.monotonic()
-        return [{"name": name, "kind": r.device.kind, "state": r.state,
+        return [{"name": name, "kind": r.device.kind, "state": r.state.value,
                  "seconds_in_state": round(now - r.since, 3), "restarts": r.restarts,
                  "last_error": r.last_error, "queued": len(r.inbox), "dropped": r.inbox.dropped,
                  "coalesced": r.inbox.coalesced,

@@ -27,7 +27,7 @@ import httpx
 import trio
 
 from agent import __version__
-from agent.api.protocol import PROTOCOL_VERSION
+from agent.api.replies import PROTOCOL_VERSION
 from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
 from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup
@@ -121,8 +121,8 @@ class _Daemon:
                 nursery.cancel_scope.cancel()  # drained: the helper tasks end too
 
             await nursery.start(api)
-            await nursery.start(self.devices.run, self.server.ask_from_device,
-                                lambda reply: self.server.notify_subscribers(reply, None))
+            await nursery.start(self.devices.run, self.server.bus.ask_from_device,
+                                self.server.bus.notify_subscribers)
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
@@ -161,7 +161,7 @@ class _Daemon:
     async def stop(self, name: str, nursery: trio.Nursery) -> None:
         grace = self.config.daemon.shutdown_grace
         log.info("%s: draining (%d asks in flight, grace %g s)", name,
-                 len(self.server.flights), grace)
+                 len(self.server.statistics().active), grace)
         self.notifier.stopping(f"{name}: draining")
         await self.server.drain(grace, f"the daemon is stopping ({name})")
         # Connections normally close once their goodbye is written; one whose
@@ -180,8 +180,8 @@ class _Daemon:
             return
         self.runner.configure(upstreams_of(new), new.default_provider,
                               new.sessions.system_prompt, new.sessions.max_tool_steps)
-        self.server.access = Access(new.daemon.allow_users, new.daemon.allow_groups)
-        self.server.limits = Limits(new.daemon.max_line_bytes, new.daemon.client_queue)
+        self.server.reconfigure(access=Access(new.daemon.allow_users, new.daemon.allow_groups),
+                                limits=Limits(new.daemon.max_line_bytes, new.daemon.client_queue))
         self.store.set_limits(max_turns=new.sessions.max_turns,
                               max_bytes=new.sessions.max_bytes)
         logsetup.set_level(new.daemon.log_level)
@@ -199,9 +199,9 @@ class _Daemon:
         last = None
         while True:
             await trio.sleep(STATUS_INTERVAL)
-            counters = self.server.counters
-            line = (f"{len(self.server.connections)} clients, {len(self.server.flights)} asks "
-                    f"in flight, {counters['answered']} answered, {counters['failed']} failed")
+            stats = self.server.statistics()
+            line = (f"{stats.clients} clients, {len(stats.active)} asks in flight, "
+                    f"{stats.counters.answered} answered, {stats.counters.failed} failed")
             if line != last:
                 self.notifier.status(line)
                 last = line

@@ -4,8 +4,8 @@ socket API and the providers.
     runner = Runner(store, http_client, upstreams, default_provider, system_prompt, devices)
     await runner.ask(prompt, session_id, provider_name, emit)
 
-`await emit(reply)` delivers each reply; the server puts it in bounded
-queues, so a slow reader never holds up the upstream stream. The replies of
+`await emit(reply)` delivers each reply (agent/api/replies.py); the server
+puts it in bounded queues, so a slow reader never holds up the upstream stream. The replies of
 an ask, in order: started, then delta / reasoning / refusal / tool_call /
 tool_result / warning as they come, then done or error. Their shapes are in
 docs/protocol.md.
@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 import httpx
 import trio
 
+from agent.api import replies
+from agent.api.replies import ErrorCode
 from agent.providers import (
     AssistantTurn,
     Conversation,
@@ -51,7 +53,7 @@ from agent.stream.message import Message
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
                 "cache_write_tokens", "reasoning_tokens")
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Emit = Callable[[replies.Reply], Awaitable[None]]
 DEFAULT_TOOL_STEPS = 8
 
 
@@ -66,12 +68,11 @@ NO_TOOLS = ToolOutcome("no tools are available: nothing was run", True)
 
 
 class AskFailed(Exception):
-    """An ask that ended without an answer: code and message for the error reply."""
+    """An ask that ended without an answer, carrying its error reply."""
 
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.extra = extra
+    def __init__(self, reply: replies.Error) -> None:
+        super().__init__(reply.message)
+        self.reply = reply
 
 
 class Runner:
@@ -100,21 +101,21 @@ class Runner:
         try:
             await self._ask(prompt, session, provider_name, emit)
         except AskFailed as failure:
-            await emit({"type": "error", "code": failure.code, "message": str(failure),
-                        **failure.extra})
+            await emit(failure.reply)
 
     async def _ask(self, prompt: str, session: str | None, provider_name: str | None,
                    emit: Emit) -> None:
         name = provider_name or self.default_provider
         upstream = self.upstreams.get(name)
         if upstream is None:
-            raise AskFailed("unknown_provider", f"no provider named {name!r}; configured: "
-                            f"{', '.join(sorted(self.upstreams))}")
+            raise AskFailed(replies.Error(
+                ErrorCode.UNKNOWN_PROVIDER, f"no provider named {name!r}; configured: "
+                f"{', '.join(sorted(self.upstreams))}"))
         session = session or "s-" + secrets.token_hex(6)
         try:
             check_session_id(session)
         except ValueError as exc:
-            raise AskFailed("bad_session", str(exc)) from None
+            raise AskFailed(replies.Error(ErrorCode.BAD_SESSION, str(exc))) from None
         lock = self._session_locks.setdefault(session, trio.Lock())
         try:
             async with lock:
@@ -128,8 +129,7 @@ class Runner:
                         emit: Emit) -> None:
         history = await self._store(self.store.load, session)
         provider = upstream.provider
-        await emit({"type": "started", "session": session, "provider": provider.name,
-                    "model": provider.model})
+        await emit(replies.Started(session, provider.name, provider.model))
         exchange: list = [UserTurn(prompt)]
         messages: list[Message] = []
         attempts = 0
@@ -147,15 +147,15 @@ class Runner:
                 break
             for call in calls:
                 outcome = outcomes[id(call)]
-                await emit({"type": "tool_result", "call_id": call.id, "name": call.name,
-                            "content": outcome.content, "is_error": outcome.is_error})
+                await emit(replies.ToolResult(call.id, call.name, outcome.content,
+                                              outcome.is_error))
                 exchange.append(ToolResult(call.id or "", call.name or "", outcome.content,
                                            outcome.is_error))
         if self._session_locks.get(session) is not lock:
             # Forgotten while this ask ran: its exchange must not bring the
             # session back.
-            raise AskFailed("forgotten", f"session {session!r} was forgotten during "
-                            "the ask; the answer is not kept")
+            raise AskFailed(replies.Error(ErrorCode.FORGOTTEN, f"session {session!r} was "
+                                          "forgotten during the ask; the answer is not kept"))
         await self._store(self.store.commit, session, exchange)
         await emit(done_reply(session, messages, attempts))
 
@@ -194,9 +194,10 @@ class Runner:
                                              on_event=forward, retries=upstream.retries)
                 failure = _failure(provider.name, answer)
             except ProviderHTTPError as exc:
-                failure = AskFailed("upstream_http", str(exc), status=exc.status)
+                failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
+                                                  status=exc.status))
             except UpstreamError as exc:
-                failure = AskFailed("upstream_unavailable", str(exc))
+                failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)))
             if failure is not None:
                 calls.cancel_scope.cancel()  # tools of a failed answer are not waited for
         # Raised out here, not from inside the nursery, so it stays an AskFailed.
@@ -229,40 +230,40 @@ def _failure(provider: str, answer) -> AskFailed | None:
     """Why a streamed answer is not an answer, or None when it is one."""
     if answer.provider_error is not None:
         error = answer.provider_error
-        return AskFailed("provider_error", f"{provider}: "
-                         f"{error.message or 'error event without a message'}",
-                         provider_type=error.type)
+        return AskFailed(replies.Error(
+            ErrorCode.PROVIDER_ERROR,
+            f"{provider}: {error.message or 'error event without a message'}",
+            provider_type=error.type))
     if not answer.ok:
         why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
                                      else "the stream ended early")
-        return AskFailed("interrupted", f"{provider}: the answer was cut short ({why}); "
-                         "not kept in the history", text=answer.message.text)
+        return AskFailed(replies.Error(
+            ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why}); "
+            "not kept in the history", text=answer.message.text))
     return None
 
 
-def event_reply(event: object) -> dict[str, Any] | None:
+def event_reply(event: object) -> replies.Reply | None:
     """The socket reply of one decoder event, or None for events the done
     reply sums up (usage, finish) or that only the message needs."""
     if isinstance(event, ev.TextDelta):
-        return {"type": "delta", "text": event.text}
+        return replies.Delta(event.text)
     if isinstance(event, ev.ReasoningDelta):
-        return {"type": "reasoning", "text": event.text}
+        return replies.Reasoning(event.text)
     if isinstance(event, ev.RefusalDelta):
-        return {"type": "refusal", "text": event.text}
+        return replies.Refusal(event.text)
     if isinstance(event, ev.ToolCallDone):
         call = event.tool_call
-        reply = {"type": "tool_call", "call_id": call.id, "name": call.name,
-                 "arguments": call.parsed if call.parsed is not None else call.arguments}
-        if call.error is not None:
-            reply["error"] = call.error.value
-        return reply
+        return replies.ToolCall(call.id, call.name,
+                                call.parsed if call.parsed is not None else call.arguments,
+                                call.error.value if call.error is not None else None)
     if isinstance(event, ev.DecodeWarning):
-        return {"type": "warning", "code": event.code.name.lower(), "detail": event.detail}
+        return replies.UpstreamWarning(event.code.name.lower(), event.detail)
     if isinstance(event, ev.FramingError):
-        return {"type": "warning", "code": event.code.name.lower(),
-                "detail": f"an event of {event.size} bytes was dropped"}
+        return replies.UpstreamWarning(event.code.name.lower(),
+                                       f"an event of {event.size} bytes was dropped")
     if isinstance(event, ev.UnknownField):
-        return {"type": "warning", "code": "unknown_sse_field", "detail": event.name}
+        return replies.UpstreamWarning("unknown_sse_field", event.name)
     return None
 
 
@@ -279,13 +280,11 @@ def usage_reply(messages: list[Message]) -> dict[str, int] | None:
     return totals or None
 
 
-def done_reply(session: str, messages: list[Message], attempts: int) -> dict[str, Any]:
+def done_reply(session: str, messages: list[Message], attempts: int) -> replies.Done:
     """The done reply of an ask: the last message's finish, the text of every
     step (what the deltas carried), usage summed over the steps."""
     last = messages[-1]
     finish = last.finish_reason
-    return {"type": "done", "session": session,
-            "finish_reason": finish.value if finish is not None else None,
-            "raw_finish_reason": last.raw_finish_reason,
-            "usage": usage_reply(messages), "text": "".join(m.text for m in messages),
-            "steps": len(messages), "attempts": attempts}
+    return replies.Done(session, finish.value if finish is not None else None,
+                        last.raw_finish_reason, usage_reply(messages),
+                        "".join(m.text for m in messages), len(messages), attempts)

@@ -1,0 +1,89 @@
+"""The reply bus: where the replies of every ask go besides the client that
+asked, and where a line typed on a device becomes an ask.
+
+The socket server (server.py) publishes its clients' asks here; the device
+hub (agent/devices/hub.py) is given ask_from_device() for a device's prompt
+and notify_subscribers() for a device's state. Subscribers are the
+connections that sent `subscribe`: each sees every reply under its own id,
+with the ask it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from agent.api import replies
+from agent.api.replies import RequestId, encode
+from agent.api.statistics import Counters, Outcome
+
+log = logging.getLogger("homeagent.api")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Subscription:
+    """A connection's `subscribe` in effect."""
+    request_id: RequestId
+    reasoning: bool                # reasoning replies too
+    send: Callable[[bytes], None]  # the connection's queue; never waits
+
+
+class Bus:
+    def __init__(self, runner, devices, counters: Counters) -> None:
+        self.runner = runner
+        self.devices = devices  # a DeviceHub, or None
+        self.counters = counters
+        self._accepting_asks = True
+        self._subscriptions: dict[Subscription, None] = {}  # in the order they came
+
+    def stop_asks(self) -> None:
+        """The daemon is stopping: prompts from devices are ignored from now on."""
+        self._accepting_asks = False
+
+    def subscribe(self, subscription: Subscription) -> None:
+        self._subscriptions[subscription] = None
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscriptions.pop(subscription, None)
+
+    async def publish(self, reply: replies.Reply, origin: Mapping[str, Any]) -> None:
+        """A reply of any ask to the subscribers and the devices; origin names
+        the ask: {client, id, session}, or {device, session} for a device's."""
+        self.notify_subscribers(reply, origin)
+        if self.devices:
+            await self.devices.publish(reply, origin)
+
+    def notify_subscribers(self, reply: replies.Reply,
+                           origin: Mapping[str, Any] | None = None) -> None:
+        """A reply to every subscriber; without origin (a device's state) it
+        has no `request`."""
+        for subscription in self._subscriptions:
+            if subscription.reasoning or not isinstance(reply, replies.Reasoning):
+                subscription.send(encode(reply, subscription.request_id, origin))
+
+    async def ask_from_device(self, device: str, prompt: str) -> None:
+        """A prompt typed on a device: an ask on the session device-NAME,
+        seen by subscribers and devices like any other."""
+        if not self._accepting_asks:
+            log.info("device %s: prompt ignored, the daemon is stopping", device)
+            return
+        origin = {"device": device, "session": f"device-{device}"}
+        self.counters.asks += 1
+        outcome = Outcome.FAILED
+        log.info("device %s: ask", device)
+
+        async def emit(reply: replies.Reply) -> None:
+            nonlocal outcome
+            if isinstance(reply, replies.Done):
+                outcome = Outcome.ANSWERED
+            await self.publish(reply, origin)
+
+        try:
+            await self.runner.ask(prompt, origin["session"], None, emit)
+        except Exception:
+            # A bug costs this ask, never the hub's nursery and the daemon.
+            log.exception("device %s: ask failed inside the daemon", device)
+            await emit(replies.internal_error("ask"))
+        finally:
+            self.counters.ended(outcome)

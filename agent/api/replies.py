@@ -1,0 +1,276 @@
+"""The socket API's replies (docs/protocol.md), and the one encoder every
+byte to a client or subscriber passes through.
+
+One frozen class per reply type, as h11 has one per event; `encode()` turns a
+reply into its line, with the id of the request it answers (or of the
+subscription it is shown to) and, for subscribers, the ask it came from. The
+same replies go to the devices (agent/devices/hub.py), as `fields()`.
+
+This module loads json and enum only: the blocking client (client.py) uses
+it too, and must start without trio, httpx or the C core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, ClassVar, Mapping
+
+PROTOCOL_VERSION = 1
+
+RequestId = str | int
+
+
+class ErrorCode(enum.StrEnum):
+    """Every `code` of an `error` reply, for bad requests and failed asks alike."""
+    LINE_TOO_LONG = "line_too_long"
+    INCOMPLETE_LINE = "incomplete_line"
+    INVALID_JSON = "invalid_json"
+    INVALID_UTF8 = "invalid_utf8"
+    NOT_AN_OBJECT = "not_an_object"
+    MISSING_FIELD = "missing_field"
+    BAD_FIELD = "bad_field"
+    UNKNOWN_OP = "unknown_op"
+    UNKNOWN_FIELD = "unknown_field"
+    DUPLICATE_ID = "duplicate_id"
+    UNKNOWN_REQUEST = "unknown_request"
+    UNKNOWN_PROVIDER = "unknown_provider"
+    BAD_SESSION = "bad_session"
+    UPSTREAM_HTTP = "upstream_http"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    PROVIDER_ERROR = "provider_error"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+    SHUTTING_DOWN = "shutting_down"
+    FORGOTTEN = "forgotten"
+    OVERFLOW = "overflow"
+    NOT_ALLOWED = "not_allowed"
+    INTERNAL_ERROR = "internal_error"
+
+
+class Reply:
+    """Base of the replies. `type` is the wire's "type"; fields() the rest."""
+    __slots__ = ()
+    type: ClassVar[str]
+    _names: ClassVar[tuple[str, ...]]
+    _omitted_when_none: ClassVar[frozenset[str]]
+
+    def fields(self) -> dict[str, Any]:
+        """The reply's own fields in wire order, without type, id and request."""
+        fields = {name: getattr(self, name) for name in self._names}
+        for name in self._omitted_when_none:
+            if fields[name] is None:
+                del fields[name]
+        return fields
+
+
+def _reply(type_name: str, omitted_when_none: tuple[str, ...] = ()):
+    """A frozen, slotted reply class whose wire "type" is type_name; the
+    fields named in omitted_when_none are left out, not null, when None."""
+    def make(cls):
+        cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+        cls.type = type_name
+        cls._names = tuple(f.name for f in dataclasses.fields(cls))
+        cls._omitted_when_none = frozenset(omitted_when_none)
+        return cls
+    return make
+
+
+# ---- the replies of an ask ----
+
+@_reply("started")
+class Started(Reply):
+    session: str
+    provider: str
+    model: str
+
+
+@_reply("delta")
+class Delta(Reply):
+    text: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"text": self.text}  # the per-token path: no generic walk
+
+
+@_reply("reasoning")
+class Reasoning(Reply):
+    text: str
+
+
+@_reply("refusal")
+class Refusal(Reply):
+    text: str
+
+
+@_reply("tool_call", omitted_when_none=("error",))
+class ToolCall(Reply):
+    call_id: str | None
+    name: str | None
+    arguments: Any          # the parsed object, or the raw string when it did not parse
+    error: str | None = None
+
+
+@_reply("tool_result")
+class ToolResult(Reply):
+    call_id: str | None
+    name: str | None
+    content: str
+    is_error: bool
+
+
+@_reply("warning")
+class UpstreamWarning(Reply):
+    code: str               # the stream core's warning code, lower case
+    detail: str
+
+
+@_reply("done")
+class Done(Reply):
+    session: str
+    finish_reason: str | None
+    raw_finish_reason: str | None
+    usage: Mapping[str, int] | None
+    text: str
+    steps: int
+    attempts: int
+
+
+class _Absent:
+    """An Error field the reply leaves out (None is a value: JSON null)."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Error(Reply):
+    """An error: a bad request or a failed ask. status (upstream_http),
+    provider_type (provider_error) and text (interrupted) only with their code."""
+    type: ClassVar[str] = "error"
+    code: ErrorCode
+    message: str
+    status: int = ABSENT
+    provider_type: str | None = ABSENT
+    text: str = ABSENT
+
+    def fields(self) -> dict[str, Any]:
+        fields = {"code": self.code, "message": self.message}
+        for name in ("status", "provider_type", "text"):
+            value = getattr(self, name)
+            if value is not ABSENT:
+                fields[name] = value
+        return fields
+
+
+# ---- the replies of the other operations ----
+
+@_reply("hello")
+class Hello(Reply):
+    protocol: int
+    server: str
+    operations: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    max_line_bytes: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Status(Reply):
+    """daemon: the daemon's own fields (server, uptime, providers, devices...),
+    first; then the server's."""
+    type: ClassVar[str] = "status"
+    daemon: Mapping[str, Any]
+    clients: int
+    active: tuple[Mapping[str, Any], ...]
+    counters: Mapping[str, int]
+    draining: bool
+
+    def fields(self) -> dict[str, Any]:
+        return {**self.daemon, "clients": self.clients, "active": self.active,
+                "counters": self.counters, "draining": self.draining}
+
+
+@_reply("sessions")
+class Sessions(Reply):
+    sessions: list[Mapping[str, Any]]
+
+
+@_reply("history")
+class History(Reply):
+    session: str
+    turns: list[Mapping[str, Any]]
+
+
+@_reply("ok", omitted_when_none=("forgotten",))
+class Ok(Reply):
+    forgotten: bool | None = None   # forget's answer only
+
+
+@_reply("subscribed")
+class Subscribed(Reply):
+    pass
+
+
+@_reply("shutdown")
+class Shutdown(Reply):
+    reason: str
+
+
+@_reply("device", omitted_when_none=("error", "retry_in"))
+class Device(Reply):
+    """A device started or failed (error and retry_in with failed); subscribers only."""
+    device: str
+    state: str
+    error: str | None = None
+    retry_in: float | None = None
+
+
+def internal_error(what: str) -> Error:
+    """A bug in the daemon, costing one request or ask: the log has the rest."""
+    return Error(ErrorCode.INTERNAL_ERROR, f"the daemon failed on this {what}; its log has "
+                 "the details")
+
+
+STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
+# The reply that ends a request, by operation; ask and subscribe stream until it.
+FINAL = {"ask": frozenset({Done.type, Error.type}), "subscribe": frozenset({Error.type})}
+FINAL_DEFAULT = frozenset({Status.type, Sessions.type, History.type, Ok.type, Error.type})
+
+
+# ---- the encoder ----
+
+class _Unaddressed:
+    __slots__ = ()
+
+
+UNADDRESSED: Any = _Unaddressed()  # a reply without an id: hello, shutdown, a device's state
+
+_UTF8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ASCII = json.JSONEncoder(separators=(",", ":"))
+
+
+def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
+           request: Mapping[str, Any] | None = None) -> bytes:
+    """The line of a reply: id (when addressed; None is null), type, the
+    reply's fields, then request (the ask a subscriber is shown)."""
+    line = {} if request_id is UNADDRESSED else {"id": request_id}
+    line["type"] = reply.type
+    line.update(reply.fields())
+    if request is not None:
+        line["request"] = request
+    return dump_line(line)
+
+
+def dump_line(value: Mapping[str, Any]) -> bytes:
+    """One compact JSON line. UTF-8 as is; a string holding a lone surrogate
+    (which UTF-8 cannot carry) makes the whole line ASCII with \\u escapes."""
+    try:
+        return _UTF8.encode(value).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return _ASCII.encode(value).encode("ascii") + b"\n"
+
