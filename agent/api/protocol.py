@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.jsontypes import is_type
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError, loads_flagged
 
 PROTOCOL_VERSION = 1
@@ -136,7 +137,7 @@ def parse_request(line: bytes) -> Request | RequestError:
             return RequestError("unknown_field", f"{op}: unknown field {name!r}; known: {known}",
                                 request_id)
         types, _ = fields[name]
-        if not _has_type(raw, types):
+        if not is_type(raw, types):
             return RequestError("bad_field", f"{op}: {name} must be "
                                 f"{' or '.join(_TYPE_NAMES[t] for t in types)}", request_id)
         args[name] = raw
@@ -148,12 +149,6 @@ def parse_request(line: bytes) -> Request | RequestError:
     if op == "cancel" and not _is_id(args["target"]):
         return RequestError("bad_field", "cancel: target is not a request id", request_id)
     return Request(request_id, op, args)
-
-
-def _has_type(value: Any, types: tuple[type, ...]) -> bool:
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, types)
 
 
 def _is_id(value: Any) -> bool:
