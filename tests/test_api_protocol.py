@@ -25,9 +25,6 @@ from agent.api.protocol import (
     MAX_ID_LENGTH,
     OPERATIONS,
     PROTOCOL_VERSION,
-    Line,
-    LineReader,
-    LineTooLong,
     Request,
     RequestError,
     encode,
@@ -35,6 +32,7 @@ from agent.api.protocol import (
     hello,
     parse_request,
 )
+from agent.lines import Line, LineReader, LineTooLong
 from conftest import scaled
 from streams import cuts_for, feed_split, random_reads
 
@@ -115,7 +113,7 @@ def test_framing_cases(body, limit, items, pending):
 
 
 def test_default_limit_is_64_kib():
-    reader = LineReader()
+    reader = LineReader(DEFAULT_MAX_LINE)
     assert reader.max_line == DEFAULT_MAX_LINE == 64 * 1024
     assert reader.feed(b"x" * DEFAULT_MAX_LINE + b"\n") == [Line(b"x" * DEFAULT_MAX_LINE)]
     assert reader.feed(b"x" * (DEFAULT_MAX_LINE + 1) + b"\n") == [LineTooLong(DEFAULT_MAX_LINE)]

@@ -1,6 +1,6 @@
 """The socket API's line protocol, sans-IO (docs/protocol.md is its reference).
 
-One JSON object per line each way. LineReader turns the bytes of reads into
+One JSON object per line each way. agent.lines frames the bytes of reads into
 lines without decoding anything; parse_request turns one line into a Request
 or a RequestError that names what was wrong; encode turns a reply into its
 line. The server (agent/api/server.py) does the I/O around these.
@@ -18,57 +18,6 @@ from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError,
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_LINE = 64 * 1024
 MAX_ID_LENGTH = 128
-
-
-# ---- framing ----
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    data: bytes  # without its b"\n" (a b"\r" before it is dropped too)
-
-
-@dataclass(frozen=True, slots=True)
-class LineTooLong:
-    """A line went past the limit; its bytes up to the next newline are skipped."""
-    limit: int
-
-
-class LineReader:
-    """Bytes of reads in, Line and LineTooLong out. Memory stays within the
-    limit: an oversized line is discarded as it arrives, not buffered."""
-
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
-        self.max_line = max_line
-        self._buffer = bytearray()
-        self._skipping = False
-
-    def feed(self, data: bytes) -> list[Line | LineTooLong]:
-        out: list[Line | LineTooLong] = []
-        start = 0
-        while start < len(data):
-            end = data.find(b"\n", start)
-            piece = data[start:] if end < 0 else data[start:end]
-            if not self._skipping:
-                if len(self._buffer) + len(piece) > self.max_line:
-                    self._buffer.clear()
-                    self._skipping = True
-                    out.append(LineTooLong(self.max_line))
-                else:
-                    self._buffer += piece
-            if end < 0:
-                break
-            if not self._skipping:
-                line = bytes(self._buffer)
-                out.append(Line(line[:-1] if line.endswith(b"\r") else line))
-            self._buffer.clear()
-            self._skipping = False
-            start = end + 1
-        return out
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an unterminated line (0 while skipping an oversized one)."""
-        return len(self._buffer)
 
 
 # ---- requests ----

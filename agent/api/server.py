@@ -28,8 +28,8 @@ from typing import Any, Callable
 import trio
 
 from agent.api import protocol
-from agent.api.protocol import (Line, LineReader, Request, RequestError, encode, error,
-                                internal_error)
+from agent.api.protocol import Request, RequestError, encode, error, internal_error
+from agent.lines import Line, LineReader
 from agent.session.codec import turn_summary
 
 log = logging.getLogger("homeagent.api")

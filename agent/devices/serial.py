@@ -27,7 +27,7 @@ import serial
 import trio
 
 from agent import __version__
-from agent.api.protocol import Line, LineReader, LineTooLong
+from agent.lines import Line, LineReader, LineTooLong
 from agent.devices import templates
 from agent.devices.base import Common, Device, Event, Inbox, Prompt, SettingError, ToolError
 
