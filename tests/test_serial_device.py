@@ -22,6 +22,7 @@ from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, Too
 from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout, escape, unescape
 from agent.devices.templates import render
 from conftest import scaled, timeout
+from helpers import until
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
     "type": "object",
@@ -99,12 +100,6 @@ async def running(device: SerialDevice, board: Board, inbox: Inbox | None = None
         assert (await board.line()).startswith("HELLO 1 homeagent ")
         yield received
         nursery.cancel_scope.cancel()
-
-
-async def until(condition) -> None:
-    with trio.fail_after(timeout(5)):
-        while not condition():
-            await trio.sleep(0.005)
 
 
 # ---- events to lines ----
