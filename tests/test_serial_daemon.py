@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from agent import __version__
-from agent.devices.serial import unescape
+from agent.devices.serial_protocol import unescape
 from agent.mock_llm.scripts import (CHINESE, EMOJI, ENGLISH, GERMAN, NO_SWITCH_TOOL, REASONED,
                                     REASONING, confirmation)
 from conftest import timeout

@@ -15,13 +15,12 @@ from contextlib import asynccontextmanager
 import pytest
 import serial
 import trio
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
-from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout, escape, unescape
+from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout
+from agent.devices.serial_protocol import unescape
 from agent.devices.templates import render
-from conftest import scaled, timeout
+from conftest import timeout
 from helpers import until
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
@@ -357,15 +356,7 @@ def test_good_settings():
                                "events_in": 0}
 
 
-# ---- escaping and rendering ----
-
-@settings(max_examples=scaled(300), derandomize=True)
-@given(st.text(alphabet=st.sampled_from(["a", " ", "\\", "n", "r", "\n", "\r", "你", "👍"])))
-def test_escape_round_trip(text):
-    line = escape(text)
-    assert "\n" not in line and "\r" not in line
-    assert unescape(line) == text
-
+# ---- rendering ----
 
 def test_render():
     template = (("A ", "s"), (" ", "b"), (" ", "i"), (" ", "f"), (" ", "whole"), (" ", "none"),
