@@ -30,6 +30,7 @@ from agent import __version__
 from agent.devices import serial_protocol as wire
 from agent.devices import templates
 from agent.devices.base import Common, Device, Event, Inbox, Prompt, SettingError, ToolError
+from agent.service.config_reader import Reader
 
 log = logging.getLogger("homeagent.devices.serial")
 
@@ -58,26 +59,6 @@ def _template(tool: str, text: Any, properties: Mapping[str, Any]) -> templates.
     return templates.parse(key, text, properties)
 
 
-def _choice(settings: Mapping[str, Any], key: str, choices, default):
-    value = settings.get(key, default)
-    # bool == 1, but `stopbits = true` is a mistake, not one stop bit
-    if isinstance(value, bool) or value not in choices:
-        raise SettingError(key, "one of " + ", ".join(map(str, choices)))
-    return value
-
-
-def _integer(settings: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SettingError(key, f"must be an integer of at least {low}")
-    return value
-
-
-def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SettingError(key, "must be a positive number of seconds")
-    return float(value)
 
 
 @dataclass(eq=False)
@@ -119,7 +100,8 @@ class SerialDevice(Device):
         port = settings.get("port")
         if not isinstance(port, str) or not port:
             raise SettingError("port", "required: the device path, e.g. /dev/serial/by-id/...")
-        send = _choice(settings, "send", tuple(_SEND), "sentences")
+        reader = Reader(settings, SettingError)
+        send = reader.choice("send", tuple(_SEND), "sentences")
         text_type = _SEND[send]
         if text_type is not None and text_type not in common.events:
             raise SettingError("send", f"{send!r} needs {text_type!r} in events")
@@ -140,14 +122,14 @@ class SerialDevice(Device):
                                    "needs a command template")
         return cls(
             common, port,
-            baudrate=_integer(settings, "baudrate", 115200, 1),
-            bytesize=_choice(settings, "bytesize", (5, 6, 7, 8), 8),
-            parity=_choice(settings, "parity", _PARITIES, "N"),
-            stopbits=_choice(settings, "stopbits", _STOPBITS, 1),
+            baudrate=reader.integer("baudrate", 115200, 1),
+            bytesize=reader.choice("bytesize", (5, 6, 7, 8), 8),
+            parity=reader.choice("parity", _PARITIES, "N"),
+            stopbits=reader.choice("stopbits", _STOPBITS, 1),
             send=send,
-            read=_choice(settings, "read", _READ, "prompts"),
-            write_timeout=_seconds(settings, "write_timeout", 1.0),
-            max_line=_integer(settings, "max_line", 1024, 16),
+            read=reader.choice("read", _READ, "prompts"),
+            write_timeout=reader.positive("write_timeout", 1.0),
+            max_line=reader.integer("max_line", 1024, 16),
             commands={name: _template(name, commands[name],
                                       tools[name].parameters.get("properties", {}))
                       for name in tools})
