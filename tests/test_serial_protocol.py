@@ -15,6 +15,7 @@ from agent.devices.serial_protocol import (
     Blank,
     Call,
     DeviceEvent,
+    DeviceMessage,
     DeviceHello,
     Done,
     Error,
@@ -85,9 +86,9 @@ def test_escape_round_trip(text):
     assert unescape(line) == text
 
 
-# ---- daemon → device ----
+# ---- every line kind, both ways ----
 
-DAEMON_LINES = [
+LINES = [  # the daemon's, then the device's
     (Hello("0.1.0"), f"HELLO {PROTOCOL_VERSION} homeagent 0.1.0"),
     (Hello("2.0.0rc1", 7), "HELLO 7 homeagent 2.0.0rc1"),
     (Start("s-1"), "START s-1"),
@@ -104,15 +105,27 @@ DAEMON_LINES = [
     (Call("1", "RELAY 2 true"), "CALL 1 RELAY 2 true"),
     (Call("12", "SAY a\nb"), "CALL 12 SAY a\\nb"),
     (Call("3", ""), "CALL 3 "),
+    (Prompt("Is the heating on?"), "PROMPT Is the heating on?"),
+    (Prompt("two\nlines"), "PROMPT two\\nlines"),
+    (Ok("1", "relay 2 is on"), "OK 1 relay 2 is on"),
+    (Ok("7", ""), "OK 7 "),
+    (Fail("2", "relay 9 does not exist"), "FAIL 2 relay 9 does not exist"),
+    (Fail("2", "a\\b"), "FAIL 2 a\\\\b"),
+    (DeviceEvent("button 1 pressed"), "EVENT button 1 pressed"),
+    (DeviceHello("kitchen-panel fw 2.3"), "HELLO kitchen-panel fw 2.3"),
+    (DeviceHello(f"{FAMILY}"), f"HELLO {FAMILY}"),
 ]
 
 
-@pytest.mark.parametrize("message,line", DAEMON_LINES)
-def test_daemon_lines_both_ways(message, line):
+@pytest.mark.parametrize("message,line", LINES)
+def test_every_line_kind_both_ways(message, line):
     assert format_line(message) == line
     assert encode(message) == line.encode() + b"\n"
-    assert daemon_says(line) == message
+    parse = parse_device_line if isinstance(message, DeviceMessage) else parse_daemon_line
+    assert parse(Line(line.encode())) == message
 
+
+# ---- daemon → device ----
 
 def test_daemon_lines_read_by_a_device():
     assert daemon_says("TEXT") == Text("")
@@ -141,26 +154,6 @@ def test_device_lines_are_unknown_to_a_device(line):
 
 
 # ---- device → daemon ----
-
-DEVICE_LINES = [
-    (Prompt("Is the heating on?"), "PROMPT Is the heating on?"),
-    (Prompt("two\nlines"), "PROMPT two\\nlines"),
-    (Ok("1", "relay 2 is on"), "OK 1 relay 2 is on"),
-    (Ok("7", ""), "OK 7 "),
-    (Fail("2", "relay 9 does not exist"), "FAIL 2 relay 9 does not exist"),
-    (Fail("2", "a\\b"), "FAIL 2 a\\\\b"),
-    (DeviceEvent("button 1 pressed"), "EVENT button 1 pressed"),
-    (DeviceHello("kitchen-panel fw 2.3"), "HELLO kitchen-panel fw 2.3"),
-    (DeviceHello(f"{FAMILY}"), f"HELLO {FAMILY}"),
-]
-
-
-@pytest.mark.parametrize("message,line", DEVICE_LINES)
-def test_device_lines_both_ways(message, line):
-    assert format_line(message) == line
-    assert encode(message) == line.encode() + b"\n"
-    assert device_says(line) == message
-
 
 def test_device_lines_as_devices_write_them():
     assert device_says("OK 7") == Ok("7", "")
@@ -243,21 +236,14 @@ DEVICE_MESSAGES = st.one_of(
     st.builds(DeviceEvent, TEXT), st.builds(DeviceHello, TEXT))
 
 
-@settings(max_examples=scaled(500), derandomize=True)
-@given(DAEMON_MESSAGES)
-def test_every_daemon_line_reads_back(message):
+@settings(max_examples=scaled(1000), derandomize=True)
+@given(st.one_of(st.tuples(DAEMON_MESSAGES, st.just(parse_daemon_line)),
+                 st.tuples(DEVICE_MESSAGES, st.just(parse_device_line))))
+def test_every_line_reads_back(case):
+    message, parse = case
     data = encode(message)
     assert data.count(b"\n") == 1 and b"\r" not in data
-    [item] = Receiver(parse_daemon_line, len(data)).feed(data)
-    assert item == message
-
-
-@settings(max_examples=scaled(500), derandomize=True)
-@given(DEVICE_MESSAGES)
-def test_every_device_line_reads_back(message):
-    data = encode(message)
-    assert data.count(b"\n") == 1 and b"\r" not in data
-    [item] = Receiver(parse_device_line, len(data)).feed(data)
+    [item] = Receiver(parse, len(data)).feed(data)
     assert item == message
 
 

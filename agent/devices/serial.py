@@ -245,7 +245,7 @@ class SerialDevice(Device):
             case wire.Prompt(text):
                 log.info("device %s: PROMPT ignored (read = ignore): %r", self.name,
                          text[:wire.SHOWN_CHARS])
-            case wire.Ok(call_id, text) | wire.Fail(call_id, text):
+            case wire.CallReply(call_id, text):
                 call = self._pending.pop(call_id, None)
                 if call is None:
                     log.warning("device %s: %s for call %r, which is not waiting (timed out?)",

@@ -1,10 +1,10 @@
 """The serial line protocol (docs/serial-protocol.md), sans-IO.
 
-Every line either side sends is a small frozen message class here;
-format_line() writes one as its wire text, parse_device_line() and parse_daemon_line()
-read one side's line into its message, or into Blank or a BadLine that says
-why it was skipped. Receiver frames the bytes of reads (agent.lines) and
-parses each line. The daemon's device (agent/devices/serial.py) only does the
+Every line either side sends is a small frozen Message class here:
+format_line() writes one as its wire text; parse_device_line() and
+parse_daemon_line() read one side's line into its message, or into Blank or
+a BadLine whose Problem says why it was skipped. Receiver frames the bytes of
+reads (agent.lines) and parses each line. The daemon's device (agent/devices/serial.py) only does the
 I/O around these; the demo's virtual board speaks the other side with them.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Generic, TypeVar
+from typing import Callable, ClassVar, Generic, TypeVar, dataclass_transform
 
 from agent.lines import Line, LineReader, LineTooLong
 
@@ -33,51 +33,56 @@ def unescape(text: str) -> str:
     return re.sub(r"\\([\\nr])", lambda m: _UNESCAPES[m[1]], text)
 
 
+@dataclass_transform(frozen_default=True)
+class Message:
+    """A line of the protocol. Each subclass is a frozen dataclass of the
+    line's fields, in their order after its keyword (none: a base of lines
+    alike)."""
+    KEYWORD: ClassVar[str]
+
+    def __init_subclass__(cls, keyword: str | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if keyword is not None:
+            cls.KEYWORD = keyword
+        dataclass(frozen=True)(cls)
+
+
 # ---- daemon → device ----
 
-@dataclass(frozen=True, slots=True)
-class Hello:
+class Hello(Message, keyword="HELLO"):
     """The daemon's greeting, right after the port is opened."""
-    KEYWORD: ClassVar = "HELLO"
     version: str  # the daemon's
     protocol: int = PROTOCOL_VERSION
 
 
-@dataclass(frozen=True, slots=True)
-class Start:
-    KEYWORD: ClassVar = "START"
+class Start(Message, keyword="START"):
+    """An ask began."""
     session: str
 
 
-@dataclass(frozen=True, slots=True)
-class Text:
-    KEYWORD: ClassVar = "TEXT"
+class Text(Message, keyword="TEXT"):
+    """Answer text: a sentence or a delta, as the device's `send` says."""
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Reasoning:
-    KEYWORD: ClassVar = "REASONING"
+class Reasoning(Message, keyword="REASONING"):
+    """The model's reasoning."""
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Done:
-    KEYWORD: ClassVar = "DONE"
+class Done(Message, keyword="DONE"):
+    """The answer is complete."""
     finish_reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Error:
-    KEYWORD: ClassVar = "ERROR"
+class Error(Message, keyword="ERROR"):
+    """The ask failed; code is one of the socket API's."""
     code: str
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(Message, keyword="CALL"):
     """Run a tool's command; the device answers Ok or Fail with the same call_id."""
-    KEYWORD: ClassVar = "CALL"
     call_id: str  # a token without spaces, sent as it is
     command: str
 
@@ -87,37 +92,32 @@ DaemonMessage = Hello | Start | Text | Reasoning | Done | Error | Call
 
 # ---- device → daemon ----
 
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    KEYWORD: ClassVar = "PROMPT"
+class Prompt(Message, keyword="PROMPT"):
+    """An ask, its text the prompt."""
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Ok:
-    KEYWORD: ClassVar = "OK"
+class CallReply(Message):
+    """The device's answer to a Call, Ok or Fail: text is what the model is told."""
     call_id: str
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Fail:
-    KEYWORD: ClassVar = "FAIL"
-    call_id: str
-    text: str
+class Ok(CallReply, keyword="OK"):
+    """The tool call succeeded."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceEvent:
+class Fail(CallReply, keyword="FAIL"):
+    """The tool call failed."""
+
+
+class DeviceEvent(Message, keyword="EVENT"):
     """Something happened on the device (a button, a sensor)."""
-    KEYWORD: ClassVar = "EVENT"
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceHello:
+class DeviceHello(Message, keyword="HELLO"):
     """The device's identification."""
-    KEYWORD: ClassVar = "HELLO"
     text: str
 
 
@@ -148,7 +148,7 @@ class BadLine:
 
 # ---- writing ----
 
-def format_line(message: DaemonMessage | DeviceMessage) -> str:
+def format_line(message: Message) -> str:
     """The line of a message, without its newline: the call id and the
     versions go as they are, every other field escaped."""
     match message:
@@ -156,7 +156,7 @@ def format_line(message: DaemonMessage | DeviceMessage) -> str:
             return f"HELLO {protocol} homeagent {version}"
         case Error(code, text):
             return f"ERROR {escape(code)} {escape(text)}"
-        case Call(call_id, text) | Ok(call_id, text) | Fail(call_id, text):
+        case Call(call_id, text) | CallReply(call_id, text):
             return f"{message.KEYWORD} {call_id} {escape(text)}"
         case Start(text) | Text(text) | Reasoning(text) | Done(text) | Prompt(text) | \
                 DeviceEvent(text) | DeviceHello(text):
@@ -164,7 +164,7 @@ def format_line(message: DaemonMessage | DeviceMessage) -> str:
     raise TypeError(f"not a serial protocol message: {message!r}")
 
 
-def encode(message: DaemonMessage | DeviceMessage) -> bytes:
+def encode(message: Message) -> bytes:
     """The bytes of a message's line, newline included."""
     return (format_line(message) + "\n").encode("utf-8")
 
@@ -231,15 +231,15 @@ def parse_daemon_line(item: Line | LineTooLong) -> DaemonMessage | Blank | BadLi
     return BadLine(Problem.UNKNOWN, text[:SHOWN_CHARS])
 
 
-Message = TypeVar("Message")
+Outcome = TypeVar("Outcome")
 
 
-class Receiver(Generic[Message]):
+class Receiver(Generic[Outcome]):
     """Bytes of reads in, one outcome per line out: parse is the side read."""
 
-    def __init__(self, parse: Callable[[Line | LineTooLong], Message], max_line: int) -> None:
+    def __init__(self, parse: Callable[[Line | LineTooLong], Outcome], max_line: int) -> None:
         self._lines = LineReader(max_line)
         self._parse = parse
 
-    def feed(self, data: bytes) -> list[Message]:
+    def feed(self, data: bytes) -> list[Outcome]:
         return [self._parse(item) for item in self._lines.feed(data)]
