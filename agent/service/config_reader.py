@@ -41,7 +41,7 @@ def is_toml(value: Any, kind: type) -> bool:
 
 
 def describe(value: Any) -> str:
-    return next((name for kind, name in _KINDS if isinstance(value, kind)), "a date or time")
+    return next((name for kind, name in _KINDS if is_type(value, kind)), "a date or time")
 
 
 class Reader:
