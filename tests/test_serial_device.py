@@ -338,6 +338,24 @@ def test_bad_setting_names_its_key(change, key):
     assert error.value.key == key
 
 
+@pytest.mark.parametrize("change,problem", [
+    ({"baudrate": 0}, "must be at least 1, got 0"),
+    ({"baudrate": True}, "expected an integer, got a boolean"),
+    ({"max_line": 8}, "must be at least 16, got 8"),
+    ({"write_timeout": 0}, "must be positive"),
+    ({"write_timeout": -1}, "must be at least 0, got -1.0"),
+    ({"write_timeout": float("inf")}, "expected a finite number, got inf"),
+    ({"stopbits": True}, "one of 1, 1.5, 2"),
+    ({"parity": "X"}, "one of N, E, O, M, S"),
+])
+def test_bad_setting_reads_like_the_config(change, problem):
+    settings = {"port": "/dev/ttyUSB0", "commands": {"set_relay": "R {channel}"}, **change}
+    common = Common("panel", SerialDevice.DEFAULT_EVENTS, tools=(RELAY,))
+    with pytest.raises(SettingError) as error:
+        SerialDevice.from_settings(common, settings)
+    assert (error.value.key, error.value.problem) == (next(iter(change)), problem)
+
+
 def test_events_without_a_line():
     common = Common("panel", frozenset({"sentence", "tool_call"}))
     with pytest.raises(SettingError, match="no line for tool_call") as error:
