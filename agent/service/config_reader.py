@@ -81,7 +81,7 @@ class Reader:
     def choice(self, name: str, choices: tuple, default: Any) -> Any:
         value = self.values.get(name, default)
         # `stopbits = true` is a mistake, not one stop bit, though True == 1
-        if isinstance(value, bool) or value not in choices:
+        if not is_type(value, (int, float, str)) or value not in choices:
             raise self.error(name, "one of " + ", ".join(map(str, choices)))
         return value
 
