@@ -2,7 +2,8 @@
 
 It starts `homeagent mock-llm` (scripted answers in the real wire formats),
 and a virtual relay board: a pty pair whose far end a thread here drives,
-speaking the serial line protocol (docs/serial-protocol.md). It writes a
+speaking the serial line protocol (docs/serial-protocol.md) from the board's
+side with the daemon's own agent/devices/serial_protocol.py. It writes a
 config for both in a temporary directory (the board is a serial device
 offering the tool set_relay), starts `homeagent serve` with a
 NOTIFY_SOCKET of its own (so it waits for READY=1, as systemd would), asks
@@ -25,6 +26,7 @@ import time
 
 from agent.api.client import Client
 from agent.cli_render import AskPrinter
+from agent.devices import serial_protocol as wire
 from agent.mock_llm import server as mock_server
 
 QUESTIONS = ("Why is the heating on?", "客厅现在怎么样？", "And in German, please?",
@@ -32,6 +34,7 @@ QUESTIONS = ("Why is the heating on?", "客厅现在怎么样？", "And in Germa
 SESSION = "demo"
 START_TIMEOUT = float(os.environ.get("HOMEAGENT_DEMO_TIMEOUT", "60"))  # qemu is slow
 STOP_TIMEOUT = 30.0
+BOARD_MAX_LINE = 64 * 1024  # far above any line the daemon sends
 
 
 def run(questions: list[str] | None = None, out=sys.stdout) -> int:
@@ -105,7 +108,7 @@ class RelayBoard:
         self._thread.start()
 
     def _serve(self) -> None:
-        pending = b""
+        receiver = wire.Receiver(wire.parse_daemon_line, BOARD_MAX_LINE)
         while True:
             try:
                 data = os.read(self._master, 4096)
@@ -113,27 +116,28 @@ class RelayBoard:
                 return
             if not data:
                 return
-            pending += data
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                self._line(line.decode("utf-8", "replace").rstrip("\r"))
+            for message in receiver.feed(data):
+                self._take(message)
 
-    def _line(self, line: str) -> None:
-        word, _, rest = line.partition(" ")
-        if word == "TEXT":
-            self.shown.append(f"  [relay board display] {rest}")
-        elif word in ("DONE", "ERROR"):
-            self._answers.release()
-        elif word == "CALL":
-            call_id, _, command = rest.partition(" ")
-            parts = command.split()
-            if len(parts) == 3 and parts[0] == "RELAY" and parts[2] in ("true", "false"):
-                self.relays[parts[1]] = parts[2] == "true"
-                reply = f"OK {call_id} relay {parts[1]} is {'on' if self.relays[parts[1]] else 'off'}"
-            else:
-                reply = f"FAIL {call_id} unknown command {command}"
-            self.shown.append(f"  [relay board] {line} -> {reply}")
-            os.write(self._master, reply.encode() + b"\n")
+    def _take(self, message: wire.DaemonMessage | wire.Blank | wire.BadLine) -> None:
+        match message:
+            case wire.Text(text):
+                self.shown.append(f"  [relay board display] {text}")
+            case wire.Done() | wire.Error():
+                self._answers.release()
+            case wire.Call():
+                reply = self._run(message)
+                self.shown.append(f"  [relay board] {wire.format_line(message)} -> "
+                                  f"{wire.format_line(reply)}")
+                os.write(self._master, wire.encode(reply))
+
+    def _run(self, call: wire.Call) -> wire.Ok | wire.Fail:
+        parts = call.command.split()
+        if len(parts) == 3 and parts[0] == "RELAY" and parts[2] in ("true", "false"):
+            self.relays[parts[1]] = parts[2] == "true"
+            return wire.Ok(call.call_id, f"relay {parts[1]} is "
+                           f"{'on' if self.relays[parts[1]] else 'off'}")
+        return wire.Fail(call.call_id, f"unknown command {call.command}")
 
     def take_shown(self, timeout: float) -> list[str]:
         """What the board did for one answer, once its DONE (or ERROR) came."""

@@ -337,7 +337,14 @@ def _ours_run(dec, reads: list[bytes]):
 
 
 class SDKStreamError(Exception):
-    pass
+    """What an SDK's stream raises at an error event (its own APIError needs an
+    httpx request). body is the event's error; result, where the caller has
+    one, what was accumulated until then. The differential tests raise it too."""
+
+    def __init__(self, body, result=None) -> None:
+        super().__init__(body)
+        self.body = body
+        self.result = result
 
 
 def _sdk_chat_prepare(k: int) -> list:

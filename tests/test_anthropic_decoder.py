@@ -49,6 +49,7 @@ from agent.stream.events import (
     WarningCode,
 )
 from agent.stream.message import ArgumentsError, FinishReason, TextPart, ThinkingPart, ToolCall
+import bench_module
 from conftest import scaled
 from streams import cuts_for, feed_split, recorded
 
@@ -154,12 +155,7 @@ def chunks_of(body: bytes, cuts) -> list[bytes]:
     return [body[a:b] for a, b in zip(points, points[1:])]
 
 
-class SDKStreamError(Exception):
-    """What the SDK's Stream raises at `event: error` (an APIStatusError)."""
-
-    def __init__(self, data: str, result: "SDKResult") -> None:
-        super().__init__(data)
-        self.result = result
+SDKStreamError = bench_module.load("decoder_bench.py").SDKStreamError
 
 
 @dataclass

@@ -27,15 +27,13 @@ from agent.api.protocol import (
     DEFAULT_MAX_LINE,
     MAX_ID_LENGTH,
     OPERATIONS,
-    Line,
-    LineReader,
-    LineTooLong,
     Request,
     RequestError,
     parse_request,
 )
 from agent.api import replies
 from agent.api.replies import PROTOCOL_VERSION, ErrorCode, dump_line, encode
+from agent.lines import Line, LineReader, LineTooLong
 from conftest import scaled
 from streams import cuts_for, feed_split, random_reads
 
@@ -116,7 +114,7 @@ def test_framing_cases(body, limit, items, pending):
 
 
 def test_default_limit_is_64_kib():
-    reader = LineReader()
+    reader = LineReader(DEFAULT_MAX_LINE)
     assert reader.max_line == DEFAULT_MAX_LINE == 64 * 1024
     assert reader.feed(b"x" * DEFAULT_MAX_LINE + b"\n") == [Line(b"x" * DEFAULT_MAX_LINE)]
     assert reader.feed(b"x" * (DEFAULT_MAX_LINE + 1) + b"\n") == [LineTooLong(DEFAULT_MAX_LINE)]

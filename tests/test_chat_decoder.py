@@ -53,6 +53,7 @@ from agent.stream.events import (
     WarningCode,
 )
 from agent.stream.message import ArgumentsError, FinishReason, normalise_finish
+import bench_module
 from conftest import scaled
 from streams import cuts_for, feed_split, recorded
 
@@ -211,12 +212,7 @@ def summary(call) -> tuple:
 # the SDK's side
 # ---------------------------------------------------------------------------
 
-class SDKStreamError(Exception):
-    """Where Stream.__stream__ raises APIError (it needs an httpx request)."""
-
-    def __init__(self, body) -> None:
-        super().__init__(body)
-        self.body = body
+SDKStreamError = bench_module.load("decoder_bench.py").SDKStreamError
 
 
 def _sdk():

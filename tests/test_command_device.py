@@ -19,6 +19,7 @@ from agent.devices import command
 from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
 from agent.devices.command import CommandDevice
 from conftest import timeout
+from helpers import until
 
 REQUEST = {"client": 1, "id": "a1", "session": "kitchen"}
 
@@ -53,12 +54,6 @@ async def running(device: CommandDevice):
         await nursery.start(device.run, inbox, no_prompt)
         yield inbox
         nursery.cancel_scope.cancel()
-
-
-async def until(done, seconds: float = 5) -> None:
-    with trio.fail_after(timeout(seconds)):
-        while not done():
-            await trio.sleep(0.01)
 
 
 async def feed(device: CommandDevice, *events: Event, runs: int) -> None:

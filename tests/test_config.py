@@ -16,12 +16,11 @@ from agent.service.config import (
     DEFAULT_STATE_DIRECTORY,
     Config,
     ConfigError,
-    DaemonConfig,
-    SessionConfig,
     default_config_text,
     load,
     parse,
 )
+from agent.service.config_schema import DaemonConfig, SessionConfig
 
 SECRET = "sk-test-7f3a9c-DO-NOT-LEAK"
 LOCAL = """\

@@ -23,6 +23,7 @@ from agent.api.replies import PROTOCOL_VERSION
 from agent.mock_llm.scripts import CHINESE, EMOJI, ENGLISH, REASONED, REASONING
 from conftest import timeout
 from daemon_harness import REPO, Daemon, MockServer, Raw, _env, ask_text
+from helpers import of_type
 
 # x-mock-delay-ms is a wait before every part of an answer but the first.
 # PACED: the parts of an answer arrive one by one, yet an answer is quick.
@@ -82,10 +83,6 @@ def read_request(raw: Raw, request_id) -> list[dict]:
         lines.append(reply)
         if reply["type"] in FINAL and reply.get("id") in (request_id, None):
             return lines
-
-
-def of_type(replies: list[dict], kind: str) -> list[dict]:
-    return [r for r in replies if r["type"] == kind]
 
 
 def joined(replies: list[dict], kind: str) -> str:

@@ -32,7 +32,8 @@ from agent.devices.base import Common, Event, Inbox, Overflow, ToolSpec
 from agent.devices.command import CommandDevice
 from agent.devices.hub import MAX_PENDING_PROMPTS, RESULT_LIMIT, DeviceHub, DeviceSpec, ToolOutcome
 from agent.devices.segmenter import Segmenter, SegmenterConfig
-from agent.devices.serial import SerialDevice, unescape
+from agent.devices.serial import SerialDevice
+from agent.devices.serial_protocol import unescape
 from agent.stream.message import ArgumentsError, ToolCall
 from conftest import scaled, timeout
 from test_command_device import until

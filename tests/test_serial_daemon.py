@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 from agent import __version__
-from agent.devices.serial import unescape
+from agent.devices.serial_protocol import unescape
 from agent.mock_llm.scripts import (CHINESE, EMOJI, ENGLISH, GERMAN, NO_SWITCH_TOOL, REASONED,
                                     REASONING, confirmation)
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, ask_text, toml_value
+from helpers import of_type
 from test_serial_device import Board
 
 HELLO = f"HELLO 1 homeagent {__version__}"
@@ -240,10 +241,6 @@ def wait_state(daemon: Daemon, state: str, what: str) -> tuple[dict, dict]:
         reply, device = status(daemon)
         return (reply, device) if device["state"] == state else None
     return wait_until(reached, f"the board {state} ({what})")
-
-
-def of_type(replies: list[dict], kind: str) -> list[dict]:
-    return [r for r in replies if r["type"] == kind]
 
 
 def texts(lines: list[str]) -> list[str]:

@@ -15,13 +15,13 @@ from contextlib import asynccontextmanager
 import pytest
 import serial
 import trio
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
-from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout, escape, unescape
+from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout
+from agent.devices.serial_protocol import unescape
 from agent.devices.templates import render
-from conftest import scaled, timeout
+from conftest import timeout
+from helpers import until
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
     "type": "object",
@@ -99,12 +99,6 @@ async def running(device: SerialDevice, board: Board, inbox: Inbox | None = None
         assert (await board.line()).startswith("HELLO 1 homeagent ")
         yield received
         nursery.cancel_scope.cancel()
-
-
-async def until(condition) -> None:
-    with trio.fail_after(timeout(5)):
-        while not condition():
-            await trio.sleep(0.005)
 
 
 # ---- events to lines ----
@@ -344,6 +338,24 @@ def test_bad_setting_names_its_key(change, key):
     assert error.value.key == key
 
 
+@pytest.mark.parametrize("change,problem", [
+    ({"baudrate": 0}, "must be at least 1, got 0"),
+    ({"baudrate": True}, "expected an integer, got a boolean"),
+    ({"max_line": 8}, "must be at least 16, got 8"),
+    ({"write_timeout": 0}, "must be positive"),
+    ({"write_timeout": -1}, "must be at least 0, got -1.0"),
+    ({"write_timeout": float("inf")}, "expected a finite number, got inf"),
+    ({"stopbits": True}, "one of 1, 1.5, 2"),
+    ({"parity": "X"}, "one of N, E, O, M, S"),
+])
+def test_bad_setting_reads_like_the_config(change, problem):
+    settings = {"port": "/dev/ttyUSB0", "commands": {"set_relay": "R {channel}"}, **change}
+    common = Common("panel", SerialDevice.DEFAULT_EVENTS, tools=(RELAY,))
+    with pytest.raises(SettingError) as error:
+        SerialDevice.from_settings(common, settings)
+    assert (error.value.key, error.value.problem) == (next(iter(change)), problem)
+
+
 def test_events_without_a_line():
     common = Common("panel", frozenset({"sentence", "tool_call"}))
     with pytest.raises(SettingError, match="no line for tool_call") as error:
@@ -362,15 +374,7 @@ def test_good_settings():
                                "events_in": 0}
 
 
-# ---- escaping and rendering ----
-
-@settings(max_examples=scaled(300), derandomize=True)
-@given(st.text(alphabet=st.sampled_from(["a", " ", "\\", "n", "r", "\n", "\r", "你", "👍"])))
-def test_escape_round_trip(text):
-    line = escape(text)
-    assert "\n" not in line and "\r" not in line
-    assert unescape(line) == text
-
+# ---- rendering ----
 
 def test_render():
     template = (("A ", "s"), (" ", "b"), (" ", "i"), (" ", "f"), (" ", "whole"), (" ", "none"),

@@ -19,6 +19,7 @@ import pytest
 from agent.mock_llm.scripts import confirmation
 from conftest import timeout
 from daemon_harness import Daemon, toml_value
+from helpers import of_type
 
 PROMPT = "switch on relay 2"
 ARGUMENTS = {"channel": 2, "on": True}
@@ -59,10 +60,6 @@ def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: fl
 def ask(daemon: Daemon, provider: str, session: str) -> list[dict]:
     with daemon.client() as client:
         return list(client.request("ask", prompt=PROMPT, provider=provider, session=session))
-
-
-def of_type(replies: list[dict], kind: str) -> list[dict]:
-    return [r for r in replies if r["type"] == kind]
 
 
 def strip(reply: dict) -> dict:

@@ -1,6 +1,6 @@
 """The socket API's line protocol, sans-IO (docs/protocol.md is its reference).
 
-One JSON object per line each way. LineReader turns the bytes of reads into
+One JSON object per line each way. agent.lines frames the bytes of reads into
 lines without decoding anything; parse_request turns one line into a Request
 or a RequestError that names what was wrong. The replies and their encoder
 are in replies.py; the server (agent/api/server.py) does the I/O around these.
@@ -13,61 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.api.replies import ErrorCode, RequestId
+from agent.jsontypes import is_type
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError, loads_flagged
 
 DEFAULT_MAX_LINE = 64 * 1024
 MAX_ID_LENGTH = 128
-
-
-# ---- framing ----
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    data: bytes  # without its b"\n" (a b"\r" before it is dropped too)
-
-
-@dataclass(frozen=True, slots=True)
-class LineTooLong:
-    """A line went past the limit; its bytes up to the next newline are skipped."""
-    limit: int
-
-
-class LineReader:
-    """Bytes of reads in, Line and LineTooLong out. Memory stays within the
-    limit: an oversized line is discarded as it arrives, not buffered."""
-
-    def __init__(self, max_line: int = DEFAULT_MAX_LINE) -> None:
-        self.max_line = max_line
-        self._buffer = bytearray()
-        self._skipping = False
-
-    def feed(self, data: bytes) -> list[Line | LineTooLong]:
-        out: list[Line | LineTooLong] = []
-        start = 0
-        while start < len(data):
-            end = data.find(b"\n", start)
-            piece = data[start:] if end < 0 else data[start:end]
-            if not self._skipping:
-                if len(self._buffer) + len(piece) > self.max_line:
-                    self._buffer.clear()
-                    self._skipping = True
-                    out.append(LineTooLong(self.max_line))
-                else:
-                    self._buffer += piece
-            if end < 0:
-                break
-            if not self._skipping:
-                line = bytes(self._buffer)
-                out.append(Line(line[:-1] if line.endswith(b"\r") else line))
-            self._buffer.clear()
-            self._skipping = False
-            start = end + 1
-        return out
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an unterminated line (0 while skipping an oversized one)."""
-        return len(self._buffer)
 
 
 # ---- requests ----
@@ -136,7 +86,7 @@ def parse_request(line: bytes) -> Request | RequestError:
             return RequestError(ErrorCode.UNKNOWN_FIELD,
                                 f"{op}: unknown field {name!r}; known: {known}", request_id)
         types, _ = fields[name]
-        if not _has_type(raw, types):
+        if not is_type(raw, types):
             return RequestError(ErrorCode.BAD_FIELD, f"{op}: {name} must be "
                                 f"{' or '.join(_TYPE_NAMES[t] for t in types)}", request_id)
         args[name] = raw
@@ -148,12 +98,6 @@ def parse_request(line: bytes) -> Request | RequestError:
     if op == "cancel" and not _is_id(args["target"]):
         return RequestError(ErrorCode.BAD_FIELD, "cancel: target is not a request id", request_id)
     return Request(request_id, op, args)
-
-
-def _has_type(value: Any, types: tuple[type, ...]) -> bool:
-    if isinstance(value, bool):
-        return bool in types
-    return isinstance(value, types)
 
 
 def _is_id(value: Any) -> bool:

@@ -33,9 +33,10 @@ import trio
 
 from agent.api import protocol, replies
 from agent.api.bus import Bus, Subscription
-from agent.api.protocol import Line, LineReader, Request, RequestError
+from agent.api.protocol import Request, RequestError
 from agent.api.replies import PROTOCOL_VERSION, ErrorCode, RequestId, encode
 from agent.api.statistics import ActiveAsk, Counters, Outcome, Statistics
+from agent.lines import Line, LineReader
 from agent.session.codec import turn_summary
 
 log = logging.getLogger("homeagent.api")

@@ -45,6 +45,7 @@ import trio
 
 from agent.devices import templates
 from agent.devices.base import Common, Device, Inbox, Prompt, SettingError, ToolError, ToolSpec
+from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
 
@@ -157,10 +158,10 @@ class CommandDevice(Device):
         if not isinstance(stdin, bool):
             raise SettingError("stdin", "must be true or false")
         timeout = settings.get("timeout", 30.0)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        if not is_type(timeout, (int, float)) or not timeout > 0:
             raise SettingError("timeout", "must be a positive number of seconds")
         max_output = settings.get("max_output", 4096)
-        if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 0:
+        if not is_type(max_output, int) or max_output < 0:
             raise SettingError("max_output", "must be a whole number of bytes, 0 or more")
         return cls(common, argv, per=per, stdin=stdin, timeout=float(timeout),
                    max_output=max_output,

@@ -36,6 +36,8 @@ import operator
 import re
 from typing import Any, Mapping
 
+from agent.jsontypes import is_type
+
 MAX_DEPTH = 32
 ROOT = "arguments"  # how messages name the instance
 _SHOWN = 40  # characters of a value in a message
@@ -44,8 +46,8 @@ _TYPES = {"object": "an object", "array": "an array", "string": "a string",
           "integer": "an integer", "number": "a number", "boolean": "a boolean",
           "null": "null"}
 _NUMBERS = ("integer", "number")
-_KINDS = ((type(None), "null"), (bool, "boolean"), (int, "integer"),  # bool is an int: first
-          (float, "number"), (str, "string"), (list, "array"), (Mapping, "object"))
+_KINDS = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"),
+          (str, "string"), (list, "array"), (Mapping, "object"))
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # (keyword, fails when (value, bound), says); a number's bounds and the counts
 # of a string's characters and an array's items
@@ -159,10 +161,7 @@ def _count(n: int, unit: str, schema: Mapping[str, Any], bounds: tuple, path: st
 def _kind(value: Any) -> str | None:
     """The JSON type of a value (a float is always "number"), None if it is
     not one of the JSON types."""
-    for cls, kind in _KINDS:
-        if isinstance(value, cls):
-            return kind
-    return None
+    return next((kind for cls, kind in _KINDS if is_type(value, cls)), None)
 
 
 def _is(value: Any, kind: str | None, name: str) -> bool:

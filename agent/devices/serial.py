@@ -10,7 +10,8 @@ Inside run() three tasks share the connection: the reader (device lines:
 prompts, tool replies, ...), the forwarder (inbox events to lines) and the
 one writer, which also takes the CALL lines of call_tool(), so lines never
 interleave, and a device that stops taking bytes fails run() after
-write_timeout whichever line was waiting.
+write_timeout whichever line was waiting. What the lines say, both ways, is
+agent/devices/serial_protocol.py: this module only moves them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import re
 import termios
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -27,15 +27,14 @@ import serial
 import trio
 
 from agent import __version__
-from agent.api.protocol import Line, LineReader, LineTooLong
+from agent.devices import serial_protocol as wire
 from agent.devices import templates
 from agent.devices.base import Common, Device, Event, Inbox, Prompt, SettingError, ToolError
+from agent.service.config_reader import Reader
 
 log = logging.getLogger("homeagent.devices.serial")
 
-PROTOCOL_VERSION = 1
 READ_SIZE = 4096
-SHOWN_CHARS = 60  # of a bad line, in the log
 
 _PARITIES = ("N", "E", "O", "M", "S")
 _STOPBITS = (1, 1.5, 2)
@@ -43,7 +42,6 @@ _SEND = {"sentences": "sentence", "deltas": "delta", "nothing": None}
 _READ = ("prompts", "ignore")
 _SETTINGS = ("port", "baudrate", "bytesize", "parity", "stopbits", "send", "read",
              "write_timeout", "max_line", "commands")
-_UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
 
 
 class DeviceLost(ConnectionError):
@@ -54,16 +52,6 @@ class WriteTimeout(TimeoutError):
     """The device took no byte for write_timeout: it is not reading."""
 
 
-def escape(text: str) -> str:
-    """One text field of a line: no newline or CR may reach the wire raw."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-
-
-def unescape(text: str) -> str:
-    # Unknown escapes stay as they are: a device's stray backslash is text.
-    return re.sub(r"\\([\\nr])", lambda m: _UNESCAPES[m[1]], text)
-
-
 def _template(tool: str, text: Any, properties: Mapping[str, Any]) -> templates.Template:
     key = f"commands.{tool}"
     if not isinstance(text, str) or not text.strip():
@@ -71,26 +59,6 @@ def _template(tool: str, text: Any, properties: Mapping[str, Any]) -> templates.
     return templates.parse(key, text, properties)
 
 
-def _choice(settings: Mapping[str, Any], key: str, choices, default):
-    value = settings.get(key, default)
-    # bool == 1, but `stopbits = true` is a mistake, not one stop bit
-    if isinstance(value, bool) or value not in choices:
-        raise SettingError(key, "one of " + ", ".join(map(str, choices)))
-    return value
-
-
-def _integer(settings: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SettingError(key, f"must be an integer of at least {low}")
-    return value
-
-
-def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SettingError(key, "must be a positive number of seconds")
-    return float(value)
 
 
 @dataclass(eq=False)
@@ -132,7 +100,8 @@ class SerialDevice(Device):
         port = settings.get("port")
         if not isinstance(port, str) or not port:
             raise SettingError("port", "required: the device path, e.g. /dev/serial/by-id/...")
-        send = _choice(settings, "send", tuple(_SEND), "sentences")
+        reader = Reader(settings, SettingError)
+        send = reader.choice("send", tuple(_SEND), "sentences")
         text_type = _SEND[send]
         if text_type is not None and text_type not in common.events:
             raise SettingError("send", f"{send!r} needs {text_type!r} in events")
@@ -153,14 +122,14 @@ class SerialDevice(Device):
                                    "needs a command template")
         return cls(
             common, port,
-            baudrate=_integer(settings, "baudrate", 115200, 1),
-            bytesize=_choice(settings, "bytesize", (5, 6, 7, 8), 8),
-            parity=_choice(settings, "parity", _PARITIES, "N"),
-            stopbits=_choice(settings, "stopbits", _STOPBITS, 1),
+            baudrate=reader.integer("baudrate", 115200, 1),
+            bytesize=reader.choice("bytesize", (5, 6, 7, 8), 8),
+            parity=reader.choice("parity", _PARITIES, "N"),
+            stopbits=reader.choice("stopbits", _STOPBITS, 1),
             send=send,
-            read=_choice(settings, "read", _READ, "prompts"),
-            write_timeout=_seconds(settings, "write_timeout", 1.0),
-            max_line=_integer(settings, "max_line", 1024, 16),
+            read=reader.choice("read", _READ, "prompts"),
+            write_timeout=reader.positive("write_timeout", 1.0),
+            max_line=reader.integer("max_line", 1024, 16),
             commands={name: _template(name, commands[name],
                                       tools[name].parameters.get("properties", {}))
                       for name in tools})
@@ -177,7 +146,7 @@ class SerialDevice(Device):
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         port = await trio.to_thread.run_sync(self._open)
         fd = port.fileno()
-        lines, to_write = trio.open_memory_channel[str](0)
+        lines, to_write = trio.open_memory_channel[wire.DaemonMessage](0)
         self._lines, self._hello = lines, None
         log.info("device %s: %s open", self.name, self.port)
         try:
@@ -185,7 +154,7 @@ class SerialDevice(Device):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_lines, fd, to_write)
                 nursery.start_soon(self._forward, inbox, lines)
-                await lines.send(f"HELLO {PROTOCOL_VERSION} homeagent {__version__}")
+                await lines.send(wire.Hello(__version__))
                 await self._read_lines(fd, prompt)
         except BaseExceptionGroup as group:
             # The first failure cancels the other tasks: raise it, not a group.
@@ -212,7 +181,7 @@ class SerialDevice(Device):
         return DeviceLost(f"{self.port}: device disconnected ({why})")
 
     async def _read_lines(self, fd: int, prompt: Prompt) -> None:
-        reader = LineReader(self._max_line)
+        receiver = wire.Receiver(wire.parse_device_line, self._max_line)
         while True:
             await trio.lowlevel.wait_readable(fd)
             try:
@@ -223,12 +192,12 @@ class SerialDevice(Device):
                 raise self._lost(exc.strerror) from exc
             if not data:
                 raise self._lost("end of file")
-            for line in reader.feed(data):
-                await self._handle(line, prompt)
+            for message in receiver.feed(data):
+                await self._handle(message, prompt)
 
     async def _write_lines(self, fd: int, to_write: trio.MemoryReceiveChannel) -> None:
-        async for line in to_write:
-            data = memoryview((line + "\n").encode())
+        async for message in to_write:
+            data = memoryview(wire.encode(message))
             while data:
                 try:
                     data = data[os.write(fd, data):]
@@ -247,70 +216,55 @@ class SerialDevice(Device):
 
     async def _forward(self, inbox: Inbox, lines: trio.MemorySendChannel) -> None:
         async for event in inbox:
-            line = self._line(event)
-            if line is not None:
-                await lines.send(line)
+            message = self._message(event)
+            if message is not None:
+                await lines.send(message)
 
-    def _line(self, event: Event) -> str | None:
+    def _message(self, event: Event) -> wire.DaemonMessage | None:
         data = event.data
         if event.type == "started":
-            return f"START {escape(data.get('session', ''))}"
+            return wire.Start(data.get("session", ""))
         if event.type == self._text_type and event.text:
-            return f"TEXT {escape(event.text)}"
+            return wire.Text(event.text)
         if event.type == "reasoning" and event.text:
-            return f"REASONING {escape(event.text)}"
+            return wire.Reasoning(event.text)
         if event.type == "done":
-            return f"DONE {escape(data.get('finish_reason', ''))}"
+            return wire.Done(data.get("finish_reason", ""))
         if event.type == "error":
-            return f"ERROR {escape(data.get('code', ''))} {escape(data.get('message', ''))}"
+            return wire.Error(data.get("code", ""), data.get("message", ""))
         return None  # the other text type, with `send` choosing one
 
     # ---- lines from the device ----
 
-    def _bad(self, problem: str, shown: Any) -> None:
-        self._counts["bad_lines"] += 1
-        log.warning("device %s: %s, skipped: %r", self.name, problem, shown)
-
-    async def _handle(self, line: Line | LineTooLong, prompt: Prompt) -> None:
+    async def _handle(self, message: wire.DeviceMessage | wire.Blank | wire.BadLine,
+                      prompt: Prompt) -> None:
         self._counts["lines_in"] += 1
-        if isinstance(line, LineTooLong):
-            self._bad(f"a line over max_line ({line.limit} bytes)", "")
-            return
-        try:
-            text = line.data.decode("utf-8")
-        except UnicodeDecodeError:
-            # never a replacement character in a prompt: the line is dropped
-            self._bad("a line that is not UTF-8", line.data[:SHOWN_CHARS])
-            return
-        if not text.strip():
-            return
-        keyword, _, rest = text.partition(" ")
-        if keyword == "PROMPT":
-            text = unescape(rest)
-            if not text.strip():
-                self._bad("an empty PROMPT", text)
-            elif self._read_prompts:
+        match message:
+            case wire.Prompt(text) if self._read_prompts:
                 await prompt(text)
-            else:
+            case wire.Prompt(text):
                 log.info("device %s: PROMPT ignored (read = ignore): %r", self.name,
-                         text[:SHOWN_CHARS])
-        elif keyword in ("OK", "FAIL"):
-            call_id, _, reply = rest.partition(" ")
-            call = self._pending.pop(call_id, None)
-            if call is None:
-                log.warning("device %s: %s for call %r, which is not waiting (timed out?)",
-                            self.name, keyword, call_id)
-                return
-            call.ok, call.text = keyword == "OK", unescape(reply)
-            call.done.set()
-        elif keyword == "EVENT":
-            self._counts["events_in"] += 1
-            log.info("device %s: event: %s", self.name, unescape(rest))
-        elif keyword == "HELLO":
-            self._hello = unescape(rest)
-            log.info("device %s: hello: %s", self.name, self._hello)
-        else:
-            self._bad("an unknown line", text[:SHOWN_CHARS])
+                         text[:wire.SHOWN_CHARS])
+            case wire.CallReply(call_id, text):
+                call = self._pending.pop(call_id, None)
+                if call is None:
+                    log.warning("device %s: %s for call %r, which is not waiting (timed out?)",
+                                self.name, message.KEYWORD, call_id)
+                    return
+                call.ok, call.text = isinstance(message, wire.Ok), text
+                call.done.set()
+            case wire.DeviceEvent(text):
+                self._counts["events_in"] += 1
+                log.info("device %s: event: %s", self.name, text)
+            case wire.DeviceHello(text):
+                self._hello = text
+                log.info("device %s: hello: %s", self.name, self._hello)
+            case wire.BadLine(problem, shown):
+                self._counts["bad_lines"] += 1
+                what = problem.value
+                if problem is wire.Problem.TOO_LONG:
+                    what += f" ({self._max_line} bytes)"
+                log.warning("device %s: %s, skipped: %r", self.name, what, shown)
 
     # ---- tools and status ----
 
@@ -325,7 +279,7 @@ class SerialDevice(Device):
         call_id = str(next(self._call_ids))
         call = self._pending[call_id] = _Call()
         try:
-            await lines.send(f"CALL {call_id} {escape(command)}")
+            await lines.send(wire.Call(call_id, command))
             await call.done.wait()
         except trio.BrokenResourceError:
             raise ToolError(f"device {self.name} was disconnected") from None

@@ -5,18 +5,20 @@ and tables are errors, so a typo never passes silently. API keys come from
 an environment variable or a key file and never appear in a message or a
 repr. User and group names are resolved when the config is loaded, so an
 unknown name stops the daemon at start rather than at the first client.
+
+This module reads the file; what it reads into is config_schema.py, the
+typed reads of a table are config_reader.py and the line of a key in the
+text is found by config_lines.py.
 """
 
 from __future__ import annotations
 
 import grp
 import json
-import math
 import os
 import pwd
 import re
 import tomllib
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -24,6 +26,10 @@ from agent.devices import device_types
 from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
 from agent.devices.hub import DeviceSpec
 from agent.providers.requests import Provider
+from agent.service.config_lines import syntax_error
+from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
+from agent.service.config_schema import (Config, DaemonConfig, ProviderEntry,
+                                         SessionConfig)
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
@@ -47,56 +53,6 @@ _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file"
                   "retries", "headers", *_PROVIDER_OPTIONAL)
 
 
-class ConfigError(Exception):
-    """A config the daemon cannot run with. line is None when unknown,
-    key is None when the problem is about the whole file."""
-
-    def __init__(self, path: str, problem: str, key: str | None = None,
-                 line: int | None = None):
-        self.path, self.problem, self.key, self.line = path, problem, key, line
-        where = path if line is None else f"{path}:{line}"
-        super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
-
-
-@dataclass(frozen=True)
-class ProviderEntry:
-    provider: Provider
-    retries: int
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    socket: str
-    socket_mode: int
-    socket_group: str | None  # as written, for messages; None: the process's group
-    socket_gid: int | None    # socket_group resolved, for chown
-    allow_users: tuple[int, ...]
-    allow_groups: tuple[int, ...]
-    state_directory: str
-    max_line_bytes: int
-    client_queue: int
-    shutdown_grace: float
-    log_level: str
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    system_prompt: str | None
-    max_turns: int
-    max_bytes: int
-    max_tool_steps: int = 8
-
-
-@dataclass(frozen=True)
-class Config:
-    path: str
-    daemon: DaemonConfig
-    sessions: SessionConfig
-    providers: Mapping[str, ProviderEntry]
-    default_provider: str
-    devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
-
-
 def load(path: str, environ: Mapping[str, str] = os.environ) -> Config:
     try:
         with open(path, encoding="utf-8") as file:
@@ -113,8 +69,9 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise _syntax_error(str(error), text, path) from None
-    root = _Table(_Source(path, text), (), document, _ROOT_KEYS)
+        problem, line = syntax_error(str(error), text)
+        raise ConfigError(path, problem, line=line) from None
+    root = Table(Source(path, text), (), document, _ROOT_KEYS)
     daemon = _daemon(root.table("daemon", _DAEMON_KEYS), environ)
     sessions = _sessions(root.table("sessions", _SESSION_KEYS))
     providers = _providers(root.table("providers"), environ, os.path.dirname(path))
@@ -165,7 +122,7 @@ model = {json.dumps(model)}
 """
 
 
-def _daemon(table: _Table, environ: Mapping[str, str]) -> DaemonConfig:
+def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
     socket = _absolute(table, "socket", table.get("socket", str, "/run/homeagent/agent.sock"))
     if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
         raise table.error("socket", f"longer than {MAX_SOCKET_PATH} bytes, "
@@ -194,7 +151,7 @@ def _daemon(table: _Table, environ: Mapping[str, str]) -> DaemonConfig:
         log_level=log_level)
 
 
-def _sessions(table: _Table) -> SessionConfig:
+def _sessions(table: Table) -> SessionConfig:
     return SessionConfig(
         system_prompt=table.get("system_prompt", str,
                                 "You are a helpful assistant in a home.") or None,
@@ -203,7 +160,7 @@ def _sessions(table: _Table) -> SessionConfig:
         max_tool_steps=table.integer("max_tool_steps", 8, 1, 64))
 
 
-def _devices(table: _Table) -> dict[str, DeviceSpec]:
+def _devices(table: Table) -> dict[str, DeviceSpec]:
     """[devices.NAME]: the common keys here, the rest checked by the device
     type's own from_settings; tool names are unique across devices."""
     if not table.values:
@@ -246,12 +203,12 @@ def _devices(table: _Table) -> dict[str, DeviceSpec]:
     return devices
 
 
-def _tool(device: _Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
+def _tool(device: Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
     from agent.devices.schema import SchemaError, check_schema
 
     if not isinstance(value, dict):
         raise device.error("tools", f"tools[{index}] must be a table")
-    tool = _Table(device.source, (*device.key, "tools"), value, _TOOL_KEYS)
+    tool = Table(device.source, (*device.key, "tools"), value, _TOOL_KEYS)
     name = tool.get("name", str)
     if not TOOL_NAME.fullmatch(name):
         raise tool.error("name", "a tool name is 1 to 64 letters, digits, '_' or '-'")
@@ -263,13 +220,11 @@ def _tool(device: _Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
         check_schema(parameters)
     except SchemaError as error:
         raise tool.error("parameters", str(error)) from None
-    timeout = tool.number("timeout", 10.0, 0)
-    if timeout <= 0:
-        raise tool.error("timeout", "must be positive")
-    return ToolSpec(name, tool.get("description", str), parameters, timeout)
+    return ToolSpec(name, tool.get("description", str), parameters,
+                    tool.positive("timeout", 10.0))
 
 
-def _providers(table: _Table, environ: Mapping[str, str],
+def _providers(table: Table, environ: Mapping[str, str],
                config_dir: str) -> dict[str, ProviderEntry]:
     if not table.values:
         raise table.error(None, "at least one provider is required")
@@ -280,7 +235,7 @@ def _providers(table: _Table, environ: Mapping[str, str],
             for name in table.values}
 
 
-def _provider(table: _Table, environ: Mapping[str, str], config_dir: str) -> ProviderEntry:
+def _provider(table: Table, environ: Mapping[str, str], config_dir: str) -> ProviderEntry:
     name = table.key[-1]
     settings = {key: table.get(key, str) for key in ("protocol", "base_url", "model")}
     if not settings["model"]:
@@ -298,14 +253,14 @@ def _provider(table: _Table, environ: Mapping[str, str], config_dir: str) -> Pro
     return ProviderEntry(provider, table.integer("retries", 3, 0, 10))
 
 
-def _headers(table: _Table) -> dict[str, str]:
+def _headers(table: Table) -> dict[str, str]:
     headers = table.table("headers")
     for name in headers.values:
         headers.get(name, str)
     return dict(headers.values)
 
 
-def _api_key(table: _Table, environ: Mapping[str, str], config_dir: str) -> str:
+def _api_key(table: Table, environ: Mapping[str, str], config_dir: str) -> str:
     """The key named by api_key_env or api_key_file, or "" for none. Messages
     name the variable or the file, never what is in it."""
     variable = table.get("api_key_env", str, None)
@@ -341,14 +296,14 @@ def _api_key(table: _Table, environ: Mapping[str, str], config_dir: str) -> str:
     raise table.error("api_key_file", f"key file not found: {' nor '.join(candidates)}")
 
 
-def _secret(table: _Table, key: str, raw: str, source: str) -> str:
+def _secret(table: Table, key: str, raw: str, source: str) -> str:
     """raw without surrounding whitespace (a key file's final newline)."""
     if not raw.strip():
         raise table.error(key, f"{source} is empty")
     return raw.strip()
 
 
-def _default_provider(root: _Table, providers: Mapping[str, ProviderEntry]) -> str:
+def _default_provider(root: Table, providers: Mapping[str, ProviderEntry]) -> str:
     configured = ", ".join(providers)
     if len(providers) == 1:
         default = root.get("default_provider", str, next(iter(providers)))
@@ -363,7 +318,7 @@ def _default_provider(root: _Table, providers: Mapping[str, ProviderEntry]) -> s
     return default
 
 
-def _state_directory(table: _Table, environ: Mapping[str, str]) -> str:
+def _state_directory(table: Table, environ: Mapping[str, str]) -> str:
     configured = table.get("state_directory", str, "")
     if configured:
         return _absolute(table, "state_directory", configured)
@@ -371,21 +326,21 @@ def _state_directory(table: _Table, environ: Mapping[str, str]) -> str:
     return environ.get("STATE_DIRECTORY", "").split(":")[0] or DEFAULT_STATE_DIRECTORY
 
 
-def _absolute(table: _Table, key: str, path: str) -> str:
+def _absolute(table: Table, key: str, path: str) -> str:
     """path, which must not depend on the daemon's working directory."""
     if not os.path.isabs(path):
         raise table.error(key, "must be an absolute path")
     return path
 
 
-def _ids(table: _Table, key: str, kind: str) -> tuple[int, ...]:
+def _ids(table: Table, key: str, kind: str) -> tuple[int, ...]:
     """User or group ids from names and numeric ids."""
     ids = []
     for item in table.get(key, list, []):
         if isinstance(item, str):
             ids.append(_lookup(table, key, item, kind))
-        elif not _is(item, int):
-            raise table.error(key, f"expected {kind} names or ids, got {_describe(item)}")
+        elif not is_toml(item, int):
+            raise table.error(key, f"expected {kind} names or ids, got {describe(item)}")
         elif item < 0:
             raise table.error(key, f"{kind} ids are not negative, got {item}")
         else:
@@ -393,129 +348,10 @@ def _ids(table: _Table, key: str, kind: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _lookup(table: _Table, key: str, name: str, kind: str) -> int:
+def _lookup(table: Table, key: str, name: str, kind: str) -> int:
     if name.isdigit():
         return int(name)
     try:
         return pwd.getpwnam(name).pw_uid if kind == "user" else grp.getgrnam(name).gr_gid
     except KeyError:
         raise table.error(key, f"unknown {kind} {name!r}") from None
-
-
-# ---- reading tables ----
-
-_REQUIRED: Any = object()
-_EXPECTED = {int: "an integer", float: "a number", str: "a string", list: "an array",
-             dict: "a table"}
-_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-          (list, "an array"), (dict, "a table"))
-
-
-def _is(value: Any, kind: type) -> bool:
-    """TOML's types as the schema sees them: a bool is no number, an int is a float."""
-    if isinstance(value, bool):
-        return kind is bool
-    return isinstance(value, (int, float) if kind is float else kind)
-
-
-def _describe(value: Any) -> str:
-    return next((name for kind, name in _KINDS if isinstance(value, kind)), "a date or time")
-
-
-@dataclass(frozen=True)
-class _Source:
-    path: str
-    text: str
-
-    def error(self, key: tuple[str, ...], problem: str) -> ConfigError:
-        return ConfigError(self.path, problem, _dotted(key) if key else None,
-                           _locate(self.text, key))
-
-
-class _Table:
-    """One table of the document, its keys read with their types checked.
-    known=None takes any key (provider names, header names)."""
-
-    def __init__(self, source: _Source, key: tuple[str, ...], values: Mapping[str, Any],
-                 known: tuple[str, ...] | None = None):
-        self.source, self.key, self.values = source, key, values
-        for name, value in values.items():
-            if known is not None and name not in known:
-                what = "table" if isinstance(value, dict) else "key"
-                raise self.error(name, f"unknown {what} (known: {', '.join(known)})")
-
-    def error(self, name: str | None, problem: str) -> ConfigError:
-        return self.source.error(self.key if name is None else (*self.key, name), problem)
-
-    def get(self, name: str, kind: type, default: Any = _REQUIRED) -> Any:
-        if name not in self.values:
-            if default is _REQUIRED:
-                raise self.error(name, "required key is missing")
-            return default
-        value = self.values[name]
-        if not _is(value, kind):
-            raise self.error(name, f"expected {_EXPECTED[kind]}, got {_describe(value)}")
-        if kind is float:
-            if not math.isfinite(value):
-                raise self.error(name, f"expected a finite number, got {value}")
-            return float(value)
-        return value
-
-    def table(self, name: str, known: tuple[str, ...] | None = None) -> _Table:
-        return _Table(self.source, (*self.key, name), self.get(name, dict, {}), known)
-
-    def integer(self, name: str, default: int, low: int, high: int | None = None) -> int:
-        return self._within(name, self.get(name, int, default), low, high)
-
-    def number(self, name: str, default: float, low: float) -> float:
-        return self._within(name, self.get(name, float, default), low, None)
-
-    def _within(self, name: str, value: Any, low: float, high: float | None) -> Any:
-        if high is None and value < low:
-            raise self.error(name, f"must be at least {low}, got {value}")
-        if high is not None and not low <= value <= high:
-            raise self.error(name, f"must be between {low} and {high}, got {value}")
-        return value
-
-
-# ---- where a key is written ----
-
-_HEADER = re.compile(r"\s*\[\[?([^\[\]]+)\]")  # [table] and [[array.of.tables]]
-_KEY_LINE = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*=""")
-_HEADER_PART = re.compile(r""""([^"]*)"|'([^']*)'|([^\s."']+)""")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _locate(text: str, key: tuple[str, ...]) -> int | None:
-    """The line where key is set, or else where its nearest enclosing table
-    starts: dotted keys and inline tables are not followed. Lines inside a
-    multi-line string (a long system prompt) are skipped."""
-    seen: dict[tuple[str, ...], int] = {}
-    table: tuple[str, ...] = ()
-    closing = None
-    for number, line in enumerate(text.splitlines(), 1):
-        if closing:
-            if line.count(closing) % 2:
-                closing = None
-            continue
-        if header := _HEADER.match(line):
-            table = tuple("".join(part) for part in _HEADER_PART.findall(header[1]))
-            seen.setdefault(table, number)
-        elif assignment := _KEY_LINE.match(line):
-            seen.setdefault((*table, "".join(assignment.groups(""))), number)
-        closing = next((quote for quote in ('"""', "'''") if line.count(quote) % 2), None)
-    return next((seen[key[:end]] for end in range(len(key), 0, -1) if key[:end] in seen), None)
-
-
-def _dotted(key: tuple[str, ...]) -> str:
-    return ".".join(part if _BARE_KEY.fullmatch(part) else json.dumps(part) for part in key)
-
-
-def _syntax_error(message: str, text: str, path: str) -> ConfigError:
-    """tomllib's message with its position moved into the line number."""
-    problem, _, position = message.rpartition(" (at ")
-    if position == "end of document)":
-        return ConfigError(path, problem, line=max(1, len(text.splitlines())))
-    if found := re.fullmatch(r"line (\d+), column \d+\)", position):
-        return ConfigError(path, problem, line=int(found[1]))
-    return ConfigError(path, message)

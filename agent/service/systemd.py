@@ -57,10 +57,6 @@ class Notifier:
             return cls(None)
         return cls(path)
 
-    @property
-    def enabled(self) -> bool:
-        return self._address is not None
-
     def notify(self, *states: str) -> None:
         """Send KEY=value states in one datagram, e.g. notify("READY=1", "STATUS=up")."""
         if self._address is None or not states:
@@ -92,11 +88,6 @@ class Notifier:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         self.notify("RELOADING=1", f"MONOTONIC_USEC={usec}")
 
-    def close(self) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-
 
 def watchdog_interval(environ: Mapping[str, str] = os.environ,
                       pid: int | None = None) -> float | None:
@@ -126,19 +117,15 @@ async def watchdog(notifier: Notifier, interval: float) -> None:
         await trio.sleep(interval)
 
 
-def _ours(environ: Mapping[str, str], pid: int | None) -> bool:
-    return _uint(environ.get("LISTEN_PID")) == (os.getpid() if pid is None else pid)
-
-
 def listen_fds(environ: Mapping[str, str] = os.environ, pid: int | None = None,
                unset: bool = True) -> list[socket.socket]:
     """The sockets systemd passed by socket activation, in order; [] when none.
 
     With `unset` (and the real environment) the LISTEN_* variables are removed
-    whatever they held, so processes the daemon starts do not inherit them;
-    read listen_fd_names() first.
+    whatever they held, so processes the daemon starts do not inherit them.
     """
-    count = _uint(environ.get("LISTEN_FDS")) if _ours(environ, pid) else None
+    ours = _uint(environ.get("LISTEN_PID")) == (os.getpid() if pid is None else pid)
+    count = _uint(environ.get("LISTEN_FDS")) if ours else None
     if unset and environ is os.environ:
         for name in _LISTEN_VARS:
             os.environ.pop(name, None)
@@ -148,8 +135,3 @@ def listen_fds(environ: Mapping[str, str] = os.environ, pid: int | None = None,
         sockets.append(socket.socket(fileno=fd))
     return sockets
 
-
-def listen_fd_names(environ: Mapping[str, str] = os.environ, pid: int | None = None) -> list[str]:
-    """The FileDescriptorName= of each passed socket (LISTEN_FDNAMES), or []."""
-    names = environ.get("LISTEN_FDNAMES")
-    return names.split(":") if names and _ours(environ, pid) else []

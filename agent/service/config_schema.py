@@ -1,0 +1,50 @@
+"""What a loaded config is: frozen dataclasses, one per table of the TOML file
+(agent/service/config.py reads and checks the file into these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from agent.devices.hub import DeviceSpec
+from agent.providers.requests import Provider
+
+
+@dataclass(frozen=True)
+class ProviderEntry:
+    provider: Provider
+    retries: int
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    socket: str
+    socket_mode: int
+    socket_group: str | None  # as written, for messages; None: the process's group
+    socket_gid: int | None    # socket_group resolved, for chown
+    allow_users: tuple[int, ...]
+    allow_groups: tuple[int, ...]
+    state_directory: str
+    max_line_bytes: int
+    client_queue: int
+    shutdown_grace: float
+    log_level: str
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    system_prompt: str | None
+    max_turns: int
+    max_bytes: int
+    max_tool_steps: int = 8
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    daemon: DaemonConfig
+    sessions: SessionConfig
+    providers: Mapping[str, ProviderEntry]
+    default_provider: str
+    devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
