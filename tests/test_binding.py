@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
-from agent.stream.events import (
+from agent.stream import records
+from agent.stream._binding import ffi
+from agent.stream.records import (
     FramingError,
     FramingErrorCode,
     Meta,
@@ -26,6 +28,27 @@ from agent.stream.events import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------
+# the enums of csrc/ in Python
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("enum, c_type, prefix", [
+    (records.Protocol, "ha_protocol", "HA_PROTO_"),
+    (records.ItemKind, "ha_item_kind", "HA_ITEM_"),
+    (records.FinishStatus, "ha_finish_status", "HA_FINISH_"),
+    (records.WarningCode, "ha_warning", "HA_WARN_"),
+    (records.FramingErrorCode, "ha_framing_error", "HA_ERR_"),
+    (records.JSONStatus, "ha_json_status", "HA_JSON_"),
+])
+def test_enums_have_a_member_for_every_c_value(enum, c_type, prefix):
+    # the members take their values from the cdef; this catches a C value
+    # without a member. The decoders' own warning codes are above the core's.
+    c_values = {name.removeprefix(prefix).removeprefix("ERR_"): value
+                for name, value in ffi.typeof(c_type).relements.items()}
+    members = {m.name: m.value for m in enum if m.value < 100}
+    assert members == c_values
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,8 @@ from agent.providers import (
 from agent.providers.requests import Provider
 from agent.devices.hub import ToolOutcome
 from agent.session.store import check_session_id
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
@@ -243,11 +244,11 @@ def _failure(provider: str, answer) -> AskFailed | None:
 def event_reply(event: object) -> dict[str, Any] | None:
     """The socket reply of one decoder event, or None for events the done
     reply sums up (usage, finish) or that only the message needs."""
-    if isinstance(event, ev.TextDelta):
+    if isinstance(event, rec.TextDelta):
         return {"type": "delta", "text": event.text}
-    if isinstance(event, ev.ReasoningDelta):
+    if isinstance(event, rec.ReasoningDelta):
         return {"type": "reasoning", "text": event.text}
-    if isinstance(event, ev.RefusalDelta):
+    if isinstance(event, rec.RefusalDelta):
         return {"type": "refusal", "text": event.text}
     if isinstance(event, ev.ToolCallDone):
         call = event.tool_call
@@ -256,12 +257,12 @@ def event_reply(event: object) -> dict[str, Any] | None:
         if call.error is not None:
             reply["error"] = call.error.value
         return reply
-    if isinstance(event, ev.DecodeWarning):
+    if isinstance(event, rec.DecodeWarning):
         return {"type": "warning", "code": event.code.name.lower(), "detail": event.detail}
-    if isinstance(event, ev.FramingError):
+    if isinstance(event, rec.FramingError):
         return {"type": "warning", "code": event.code.name.lower(),
                 "detail": f"an event of {event.size} bytes was dropped"}
-    if isinstance(event, ev.UnknownField):
+    if isinstance(event, rec.UnknownField):
         return {"type": "warning", "code": "unknown_sse_field", "detail": event.name}
     return None
 

@@ -28,6 +28,21 @@ typedef enum { HA_PROTO_SSE, HA_PROTO_OPENAI_CHAT, HA_PROTO_ANTHROPIC,
                HA_PROTO_OPENAI_RESPONSES, ... } ha_protocol;
 typedef enum { HA_HDR_EVENTS, HA_HDR_TEXT, HA_HDR_CONSUMED, HA_HDR_FULL, ... }
     ha_header_word;
+typedef enum { HA_WORD_KIND, HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,
+               HA_WORD_S1, HA_WORD_S1_END, HA_WORD_S2, HA_WORD_S2_END,
+               HA_WORD_S3, HA_WORD_S3_END, HA_WORD_RAW, HA_WORD_RAW_END, ... }
+    ha_rec_word;
+typedef enum { HA_USAGE_INPUT, HA_USAGE_OUTPUT, HA_USAGE_TOTAL, HA_USAGE_CACHE_READ,
+               HA_USAGE_CACHE_WRITE, HA_USAGE_REASONING, ... } ha_usage_word;
+typedef enum { HA_ITEM_TEXT, HA_ITEM_THINKING, HA_ITEM_REDACTED_THINKING,
+               HA_ITEM_TOOL_USE, HA_ITEM_OTHER, ... } ha_item_kind;
+typedef enum { HA_FINISH_STOP, HA_FINISH_COMPLETED, HA_FINISH_INCOMPLETE,
+               HA_FINISH_FAILED, ... } ha_finish_status;
+typedef enum { HA_WARN_BAD_JSON, HA_WARN_NOT_OBJECT, HA_WARN_UNKNOWN_EVENT,
+               HA_WARN_UNKNOWN_DELTA, HA_WARN_FIELD_TYPE, HA_WARN_REPLACED_UTF8,
+               HA_WARN_MISSING_FIELD, ... } ha_warning;
+typedef enum { HA_ERR_EVENT_TOO_LARGE, HA_ERR_NAME_TOO_LONG, HA_ERR_ID_TOO_LONG,
+               HA_ERR_OUTPUT_TOO_LARGE, ... } ha_framing_error;
 typedef enum { HA_REC_SSE_EVENT, HA_REC_TEXT, HA_REC_REASONING, HA_REC_REFUSAL,
                HA_REC_SIGNATURE, HA_REC_TOOL_START, HA_REC_TOOL_ARGS,
                HA_REC_BLOCK_START, HA_REC_BLOCK_STOP, HA_REC_CITATION,

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.stream.events import Usage
+from agent.stream.records import Usage
 
 
 class FinishReason(enum.Enum):

@@ -1,8 +1,12 @@
-"""Events produced by the stream core, one class per record kind of csrc/extract.h.
+"""The stream core's records: what StreamDecoder.feed() returns, one class
+per record kind of csrc/extract.h.
 
 Plain slotted dataclasses: one allocation each, cheap to build on the hot path,
 comparable and printable in tests. Optional fields are None when the wire
-did not carry them (absent is distinct from empty).
+did not carry them (absent is distinct from empty). The enums take their
+values from the C header through the cdef, so csrc/ is their only source.
+The provider decoders pass some of these records through and add events of
+their own (agent.stream.decoders.events).
 """
 
 from __future__ import annotations
@@ -10,39 +14,41 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from agent.stream._binding import lib
+
 
 class Protocol(enum.IntEnum):
-    SSE = 0
-    OPENAI_CHAT = 1
-    ANTHROPIC = 2
-    OPENAI_RESPONSES = 3
+    SSE = lib.HA_PROTO_SSE
+    OPENAI_CHAT = lib.HA_PROTO_OPENAI_CHAT
+    ANTHROPIC = lib.HA_PROTO_ANTHROPIC
+    OPENAI_RESPONSES = lib.HA_PROTO_OPENAI_RESPONSES
 
 
 class ItemKind(enum.IntEnum):
-    TEXT = 0
-    THINKING = 1
-    REDACTED_THINKING = 2
-    TOOL_USE = 3
-    OTHER = 4
+    TEXT = lib.HA_ITEM_TEXT
+    THINKING = lib.HA_ITEM_THINKING
+    REDACTED_THINKING = lib.HA_ITEM_REDACTED_THINKING
+    TOOL_USE = lib.HA_ITEM_TOOL_USE
+    OTHER = lib.HA_ITEM_OTHER
 
 
 class FinishStatus(enum.IntEnum):
-    STOP = 0
-    COMPLETED = 1
-    INCOMPLETE = 2
-    FAILED = 3
+    STOP = lib.HA_FINISH_STOP
+    COMPLETED = lib.HA_FINISH_COMPLETED
+    INCOMPLETE = lib.HA_FINISH_INCOMPLETE
+    FAILED = lib.HA_FINISH_FAILED
 
 
 class WarningCode(enum.IntEnum):
-    # from the C core (csrc/extract.h ha_warning)
-    BAD_JSON = 1
-    NOT_OBJECT = 2
-    UNKNOWN_EVENT = 3
-    UNKNOWN_DELTA = 4
-    FIELD_TYPE = 5
-    REPLACED_UTF8 = 6
-    MISSING_FIELD = 7
-    # from the provider decoders (agent/stream/decoders)
+    # from the C core (ha_warning)
+    BAD_JSON = lib.HA_WARN_BAD_JSON
+    NOT_OBJECT = lib.HA_WARN_NOT_OBJECT
+    UNKNOWN_EVENT = lib.HA_WARN_UNKNOWN_EVENT
+    UNKNOWN_DELTA = lib.HA_WARN_UNKNOWN_DELTA
+    FIELD_TYPE = lib.HA_WARN_FIELD_TYPE
+    REPLACED_UTF8 = lib.HA_WARN_REPLACED_UTF8
+    MISSING_FIELD = lib.HA_WARN_MISSING_FIELD
+    # from the provider decoders (agent/stream/decoders), above the core's
     UNKNOWN_BLOCK = 101       # a delta for a block or item never started
     UNKNOWN_ITEM_TYPE = 102   # a block or item type we do not know: carried through
     TOOL_ID_CONFLICT = 103    # a later chunk names another id for a call: first kept
@@ -52,21 +58,21 @@ class WarningCode(enum.IntEnum):
 
 
 class FramingErrorCode(enum.IntEnum):
-    EVENT_TOO_LARGE = 3
-    NAME_TOO_LONG = 4
-    ID_TOO_LONG = 5
-    OUTPUT_TOO_LARGE = 10
+    EVENT_TOO_LARGE = lib.HA_ERR_EVENT_TOO_LARGE
+    NAME_TOO_LONG = lib.HA_ERR_NAME_TOO_LONG
+    ID_TOO_LONG = lib.HA_ERR_ID_TOO_LONG
+    OUTPUT_TOO_LARGE = lib.HA_ERR_OUTPUT_TOO_LARGE
 
 
 class JSONStatus(enum.IntEnum):
-    OK = 0
-    EMPTY = 1
-    SYNTAX = 2
-    DEPTH = 3
-    TRAILING = 4
-    TYPE = 5
-    RANGE = 6
-    SPACE = 7
+    OK = lib.HA_JSON_OK
+    EMPTY = lib.HA_JSON_ERR_EMPTY
+    SYNTAX = lib.HA_JSON_ERR_SYNTAX
+    DEPTH = lib.HA_JSON_ERR_DEPTH
+    TRAILING = lib.HA_JSON_ERR_TRAILING
+    TYPE = lib.HA_JSON_ERR_TYPE
+    RANGE = lib.HA_JSON_ERR_RANGE
+    SPACE = lib.HA_JSON_ERR_SPACE
 
 
 @dataclass(slots=True)
@@ -216,51 +222,6 @@ class FramingError:
     """An event dropped by name: too large for the buffer, and so on."""
     code: FramingErrorCode
     size: int
-
-
-# ---- events of the provider decoders (agent/stream/decoders) ----
-# TextDelta, ReasoningDelta, RefusalDelta, Usage, ProviderError, DecodeWarning,
-# FramingError and Truncated pass through them unchanged. TextDelta.index is
-# the choice for OpenAI Chat; for the others it is the content block (Anthropic)
-# or output item (Responses) position.
-
-
-@dataclass(slots=True)
-class ToolCallStarted:
-    """A tool call's head: call is its position among the message's calls."""
-    call: int
-    id: str | None
-    name: str | None
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class ToolCallDelta:
-    call: int
-    text: str
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class ToolCallDone:
-    """A call whose arguments are complete (or cut off: tool_call.error says)."""
-    call: int
-    tool_call: "ToolCall"  # noqa: F821 - agent.stream.message.ToolCall
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class Finished:
-    reason: "FinishReason"  # noqa: F821 - agent.stream.message.FinishReason
-    raw_reason: str | None
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class StreamIncomplete:
-    """The body ended before the protocol's end ([DONE], message_stop,
-    response.completed/incomplete/failed): the message may be partial."""
-    detail: str
 
 
 @dataclass(slots=True)
