@@ -10,7 +10,9 @@ import os
 from cffi import FFI
 
 CSRC = "csrc"
-SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "extract.c")]
+SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "record.c", "extract.c",
+                                                "openai_chat.c", "anthropic.c",
+                                                "openai_responses.c")]
 
 CDEF = """
 #define HA_REC_WORDS ...
