@@ -3,8 +3,8 @@ per record kind of csrc/extract.h.
 
 Plain slotted dataclasses: one allocation each, cheap to build on the hot path,
 comparable and printable in tests. Optional fields are None when the wire
-did not carry them (absent is distinct from empty). The enums take their
-values from the C header through the cdef, so csrc/ is their only source.
+did not carry them (absent is distinct from empty). The enums are made
+from the C enums as the cdef resolved them, so csrc/ is their only source.
 The provider decoders pass some of these records through and add events of
 their own (agent.stream.decoders.events).
 """
@@ -14,65 +14,34 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from agent.stream._binding import lib
+from agent.stream._binding import ffi
 
 
-class Protocol(enum.IntEnum):
-    SSE = lib.HA_PROTO_SSE
-    OPENAI_CHAT = lib.HA_PROTO_OPENAI_CHAT
-    ANTHROPIC = lib.HA_PROTO_ANTHROPIC
-    OPENAI_RESPONSES = lib.HA_PROTO_OPENAI_RESPONSES
+def _from_c(name: str, c_type: str, prefix: str, **more: int) -> type[enum.IntEnum]:
+    """An IntEnum of the C enum c_type as the cdef resolved it: HA_ITEM_TEXT
+    becomes ItemKind.TEXT (an ERR_ after the prefix goes too). more adds
+    members that exist only in Python."""
+    members = {c_name.removeprefix(prefix).removeprefix("ERR_"): value
+               for c_name, value in ffi.typeof(c_type).relements.items()}
+    return enum.IntEnum(name, sorted({**members, **more}.items(), key=lambda m: m[1]),
+                        module=__name__)
 
 
-class ItemKind(enum.IntEnum):
-    TEXT = lib.HA_ITEM_TEXT
-    THINKING = lib.HA_ITEM_THINKING
-    REDACTED_THINKING = lib.HA_ITEM_REDACTED_THINKING
-    TOOL_USE = lib.HA_ITEM_TOOL_USE
-    OTHER = lib.HA_ITEM_OTHER
-
-
-class FinishStatus(enum.IntEnum):
-    STOP = lib.HA_FINISH_STOP
-    COMPLETED = lib.HA_FINISH_COMPLETED
-    INCOMPLETE = lib.HA_FINISH_INCOMPLETE
-    FAILED = lib.HA_FINISH_FAILED
-
-
-class WarningCode(enum.IntEnum):
-    # from the C core (ha_warning)
-    BAD_JSON = lib.HA_WARN_BAD_JSON
-    NOT_OBJECT = lib.HA_WARN_NOT_OBJECT
-    UNKNOWN_EVENT = lib.HA_WARN_UNKNOWN_EVENT
-    UNKNOWN_DELTA = lib.HA_WARN_UNKNOWN_DELTA
-    FIELD_TYPE = lib.HA_WARN_FIELD_TYPE
-    REPLACED_UTF8 = lib.HA_WARN_REPLACED_UTF8
-    MISSING_FIELD = lib.HA_WARN_MISSING_FIELD
-    # from the provider decoders (agent/stream/decoders), above the core's
-    UNKNOWN_BLOCK = 101       # a delta for a block or item never started
-    UNKNOWN_ITEM_TYPE = 102   # a block or item type we do not know: carried through
-    TOOL_ID_CONFLICT = 103    # a later chunk names another id for a call: first kept
-    TOOL_NAME_CONFLICT = 104  # likewise for the function name
-    ARGUMENTS_MISMATCH = 105  # Responses: output_item.done's arguments differ from the deltas
-    AFTER_END = 106           # data after the end sentinel
-
-
-class FramingErrorCode(enum.IntEnum):
-    EVENT_TOO_LARGE = lib.HA_ERR_EVENT_TOO_LARGE
-    NAME_TOO_LONG = lib.HA_ERR_NAME_TOO_LONG
-    ID_TOO_LONG = lib.HA_ERR_ID_TOO_LONG
-    OUTPUT_TOO_LARGE = lib.HA_ERR_OUTPUT_TOO_LARGE
-
-
-class JSONStatus(enum.IntEnum):
-    OK = lib.HA_JSON_OK
-    EMPTY = lib.HA_JSON_ERR_EMPTY
-    SYNTAX = lib.HA_JSON_ERR_SYNTAX
-    DEPTH = lib.HA_JSON_ERR_DEPTH
-    TRAILING = lib.HA_JSON_ERR_TRAILING
-    TYPE = lib.HA_JSON_ERR_TYPE
-    RANGE = lib.HA_JSON_ERR_RANGE
-    SPACE = lib.HA_JSON_ERR_SPACE
+Protocol = _from_c("Protocol", "ha_protocol", "HA_PROTO_")
+ItemKind = _from_c("ItemKind", "ha_item_kind", "HA_ITEM_")
+FinishStatus = _from_c("FinishStatus", "ha_finish_status", "HA_FINISH_")
+FramingErrorCode = _from_c("FramingErrorCode", "ha_framing_error", "HA_ERR_")
+JSONStatus = _from_c("JSONStatus", "ha_json_status", "HA_JSON_")
+# The core's warnings (ha_warning), then the provider decoders' own, above them.
+WarningCode = _from_c(
+    "WarningCode", "ha_warning", "HA_WARN_",
+    UNKNOWN_BLOCK=101,       # a delta for a block or item never started
+    UNKNOWN_ITEM_TYPE=102,   # a block or item type we do not know: carried through
+    TOOL_ID_CONFLICT=103,    # a later chunk names another id for a call: first kept
+    TOOL_NAME_CONFLICT=104,  # likewise for the function name
+    ARGUMENTS_MISMATCH=105,  # Responses: output_item.done's arguments differ from the deltas
+    AFTER_END=106,           # data after the end sentinel
+)
 
 
 @dataclass(slots=True)
