@@ -30,7 +30,7 @@ int ha_stream_init(ha_stream *st, ha_protocol proto, uint8_t *sse_buf,
     st->text_cap = text_cap;
     st->raw = raw;
     st->raw_cap = raw_cap;
-    st->co_rec = -1;
+    st->out.co_rec = -1;
     st->tape.entries = st->tape_entries;
     st->tape.cap = HA_TAPE_MAX;
     return 0;
@@ -151,21 +151,21 @@ static int deliver(ha_stream *st)
 
 static void begin_call(ha_stream *st)
 {
-    st->n_recs = 0;
-    st->text_len = 0;
-    st->text_chars = 0;
-    st->raw_len = 0;
+    st->out.n_recs = 0;
+    st->out.text_len = 0;
+    st->out.text_chars = 0;
+    st->out.raw_len = 0;
     st->events = 0;
-    st->co_rec = -1;
+    st->out.co_rec = -1;
 }
 
 static size_t end_call(ha_stream *st, size_t consumed, int full)
 {
     st->recs[HA_HDR_EVENTS] = (int64_t)st->events;
-    st->recs[HA_HDR_TEXT] = (int64_t)st->text_len;
+    st->recs[HA_HDR_TEXT] = (int64_t)st->out.text_len;
     st->recs[HA_HDR_CONSUMED] = (int64_t)consumed;
     st->recs[HA_HDR_FULL] = full;
-    return st->n_recs;
+    return st->out.n_recs;
 }
 
 size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)

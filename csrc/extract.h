@@ -44,18 +44,12 @@
 #define HA_TAPE_MAX 1024u /* values and keys of one event on the tape (json.h); more: scanned */
 
 typedef enum {
-    HA_WORD_KIND = 0,    /* ha_rec_kind */
-    HA_WORD_INDEX = 1,
-    HA_WORD_SUB = 2,
-    HA_WORD_CODE = 3,
-    HA_WORD_S1 = 4,      /* s1 start, then its end */
-    HA_WORD_S1_END = 5,
-    HA_WORD_S2 = 6,
-    HA_WORD_S2_END = 7,
-    HA_WORD_S3 = 8,
-    HA_WORD_S3_END = 9,
-    HA_WORD_RAW = 10,
-    HA_WORD_RAW_END = 11
+    HA_WORD_KIND,                              /* ha_rec_kind */
+    HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,  /* meaning per kind: ha_rec_kind */
+    HA_WORD_S1, HA_WORD_S1_END,                /* the spans, each [start, end) */
+    HA_WORD_S2, HA_WORD_S2_END,
+    HA_WORD_S3, HA_WORD_S3_END,
+    HA_WORD_RAW, HA_WORD_RAW_END
 } ha_rec_word;
 
 _Static_assert(HA_WORD_RAW_END + 1 == HA_REC_WORDS, "ha_rec_word names every word");
@@ -178,25 +172,32 @@ typedef enum {
     HA_ERR_OUTPUT_TOO_LARGE = 10
 } ha_framing_error;
 
-/* The stream. Members are private to extract.c; placed by the caller. */
+/* How far a call's output has come: one event's output is rolled back by
+ * restoring it. Private to the core, like ha_stream's members. */
+typedef struct {
+    size_t n_recs, text_len, text_chars, raw_len;
+    /* the delta record a next piece may extend: its index or -1, where its
+       text ends and where its item id lies (bytes of the text area) */
+    long co_rec;
+    size_t co_end, co_id_start, co_id_end;
+    int co_has_id;
+} ha_stream_out;
+
+/* The stream. Members are private to the core (extract.c, record.c and the
+ * protocols); placed by the caller. */
 typedef struct {
     ha_sse sse;
     ha_protocol proto;
     int64_t *recs; size_t rec_words;   /* header + records */
     uint8_t *text; size_t text_cap;
     uint8_t *raw; size_t raw_cap;
-    size_t n_recs, text_len, text_chars, raw_len;
+    ha_stream_out out;
     size_t events;
     int pending;                       /* a framed event awaits extraction */
     ha_sse_status pending_status;
     ha_sse_event ev;
     uint8_t meta_id[HA_META_MAX]; size_t meta_id_len;
     uint8_t meta_model[HA_META_MAX]; size_t meta_model_len;
-    /* the delta record a next piece may extend: its index or -1, where its
-       text ends and where its item id lies (bytes of the text area) */
-    long co_rec;
-    size_t co_end, co_id_start, co_id_end;
-    int co_has_id;
     ha_json_tape tape;
     ha_json_tape_entry tape_entries[HA_TAPE_MAX];
 } ha_stream;

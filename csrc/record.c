@@ -21,37 +21,21 @@ void ev_begin(ev_ctx *c, ha_stream *st, const uint8_t *doc, size_t len)
     c->doc = doc;
     c->len = len;
     c->raw_base = -1;
-    c->n_recs = st->n_recs;
-    c->text_len = st->text_len;
-    c->text_chars = st->text_chars;
-    c->raw_len = st->raw_len;
-    c->co_rec = st->co_rec;
-    c->co_end = st->co_end;
-    c->co_id_start = st->co_id_start;
-    c->co_id_end = st->co_id_end;
-    c->co_has_id = st->co_has_id;
-    c->co_s1_end = st->co_rec >= 0 ? rec_at(st, (size_t)st->co_rec)[HA_WORD_S1_END] : 0;
+    c->saved = st->out;
+    c->co_s1_end = st->out.co_rec >= 0 ? rec_at(st, (size_t)st->out.co_rec)[HA_WORD_S1_END] : 0;
 }
 
 void ev_rollback(ev_ctx *c)
 {
     ha_stream *st = c->st;
-    st->n_recs = c->n_recs;
-    st->text_len = c->text_len;
-    st->text_chars = c->text_chars;
-    st->raw_len = c->raw_len;
-    st->co_rec = c->co_rec;
-    st->co_end = c->co_end;
-    st->co_id_start = c->co_id_start;
-    st->co_id_end = c->co_id_end;
-    st->co_has_id = c->co_has_id;
-    if (c->co_rec >= 0)
-        rec_at(st, (size_t)c->co_rec)[HA_WORD_S1_END] = c->co_s1_end;
+    st->out = c->saved;
+    if (c->saved.co_rec >= 0)
+        rec_at(st, (size_t)c->saved.co_rec)[HA_WORD_S1_END] = c->co_s1_end;
 }
 
 int ev_started_empty(const ev_ctx *c)
 {
-    return c->n_recs == 0 && c->text_len == 0 && c->raw_len == 0;
+    return c->saved.n_recs == 0 && c->saved.text_len == 0 && c->saved.raw_len == 0;
 }
 
 /* A new record with every span absent; NULL (and c->full) when out of room. */
@@ -60,18 +44,18 @@ int64_t *ev_rec(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub)
     ha_stream *st = c->st;
     if (c->full)
         return NULL;
-    if (HA_REC_HEADER + (st->n_recs + 1) * HA_REC_WORDS > st->rec_words) {
+    if (HA_REC_HEADER + (st->out.n_recs + 1) * HA_REC_WORDS > st->rec_words) {
         c->full = 1;
         return NULL;
     }
-    int64_t *r = rec_at(st, st->n_recs++);
+    int64_t *r = rec_at(st, st->out.n_recs++);
     r[HA_WORD_KIND] = kind;
     r[HA_WORD_INDEX] = index;
     r[HA_WORD_SUB] = sub;
     r[HA_WORD_CODE] = 0;
     for (int k = HA_WORD_S1; k < HA_REC_WORDS; k++)
         r[k] = -1;
-    st->co_rec = -1;
+    st->out.co_rec = -1;
     return r;
 }
 
@@ -87,23 +71,23 @@ static size_t count_chars(const uint8_t *p, size_t n)
  * code-point offsets. */
 static void text_commit(ha_stream *st, size_t n, int64_t *span)
 {
-    size_t chars = count_chars(st->text + st->text_len, n);
-    span[0] = (int64_t)st->text_chars;
-    st->text_len += n;
-    st->text_chars += chars;
-    span[1] = (int64_t)st->text_chars;
+    size_t chars = count_chars(st->text + st->out.text_len, n);
+    span[0] = (int64_t)st->out.text_chars;
+    st->out.text_len += n;
+    st->out.text_chars += chars;
+    span[1] = (int64_t)st->out.text_chars;
 }
 
 /* Decode a JSON string value into the text area. */
 int ev_text(ev_ctx *c, ha_json_val v, int64_t *span)
 {
     ha_stream *st = c->st;
-    size_t room = st->text_cap - st->text_len, n = 0;
+    size_t room = st->text_cap - st->out.text_len, n = 0;
     unsigned flags = 0;
     if (c->full || !span)
         return 0;
     if (ha_json_str_max(v) > room ||
-        ha_json_str_decode(c->doc, v, st->text + st->text_len, room, &n, &flags) != HA_JSON_OK) {
+        ha_json_str_decode(c->doc, v, st->text + st->out.text_len, room, &n, &flags) != HA_JSON_OK) {
         c->full = 1;
         return 0;
     }
@@ -117,11 +101,11 @@ int ev_text_bytes(ev_ctx *c, const uint8_t *p, size_t n, int64_t *span, unsigned
     ha_stream *st = c->st;
     if (c->full || !span)
         return 0;
-    if (3 * n > st->text_cap - st->text_len) {
+    if (3 * n > st->text_cap - st->out.text_len) {
         c->full = 1;
         return 0;
     }
-    text_commit(st, ha_utf8_sanitize(p, n, st->text + st->text_len, flags), span);
+    text_commit(st, ha_utf8_sanitize(p, n, st->text + st->out.text_len, flags), span);
     return 1;
 }
 
@@ -136,14 +120,14 @@ int ev_raw_put(ev_ctx *c, const uint8_t *p, size_t n, int64_t *span)
     ha_stream *st = c->st;
     if (c->full || !span)
         return 0;
-    if (n > st->raw_cap - st->raw_len) {
+    if (n > st->raw_cap - st->out.raw_len) {
         c->full = 1;
         return 0;
     }
-    memcpy(st->raw + st->raw_len, p, n);
-    span[0] = (int64_t)st->raw_len;
-    st->raw_len += n;
-    span[1] = (int64_t)st->raw_len;
+    memcpy(st->raw + st->out.raw_len, p, n);
+    span[0] = (int64_t)st->out.raw_len;
+    st->out.raw_len += n;
+    span[1] = (int64_t)st->out.raw_len;
     return 1;
 }
 
@@ -243,25 +227,25 @@ void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
     ha_stream *st = c->st;
     if (!ev_is_kind(c, piece, HA_JSON_STRING, path) || piece.end - piece.start == 2 || c->full)
         return;
-    size_t start = st->text_len, start_chars = st->text_chars;
+    size_t start = st->out.text_len, start_chars = st->out.text_chars;
     int64_t id_span[2] = {-1, -1};
     int has_id = item_id.kind == HA_JSON_STRING;
     if (has_id && !ev_text(c, item_id, id_span))
         return;
-    size_t id_end = st->text_len;
-    if (st->co_rec >= 0 && st->co_end == start) {
-        int64_t *p = rec_at(st, (size_t)st->co_rec);
+    size_t id_end = st->out.text_len;
+    if (st->out.co_rec >= 0 && st->out.co_end == start) {
+        int64_t *p = rec_at(st, (size_t)st->out.co_rec);
         if (p[HA_WORD_KIND] == kind && p[HA_WORD_INDEX] == index && p[HA_WORD_SUB] == sub &&
-            st->co_has_id == has_id &&
-            (!has_id || (st->co_id_end - st->co_id_start == id_end - start &&
-                         memcmp(st->text + st->co_id_start, st->text + start, id_end - start) == 0))) {
+            st->out.co_has_id == has_id &&
+            (!has_id || (st->out.co_id_end - st->out.co_id_start == id_end - start &&
+                         memcmp(st->text + st->out.co_id_start, st->text + start, id_end - start) == 0))) {
             int64_t piece_span[2];
-            st->text_len = start; /* the id is already there */
-            st->text_chars = start_chars;
+            st->out.text_len = start; /* the id is already there */
+            st->out.text_chars = start_chars;
             if (!ev_text(c, piece, piece_span))
                 return;
             p[HA_WORD_S1_END] = piece_span[1];
-            st->co_end = st->text_len;
+            st->out.co_end = st->out.text_len;
             return;
         }
     }
@@ -270,11 +254,11 @@ void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
         return;
     r[HA_WORD_S2] = id_span[0];
     r[HA_WORD_S2_END] = id_span[1];
-    st->co_rec = (long)st->n_recs - 1;
-    st->co_end = st->text_len;
-    st->co_id_start = start;
-    st->co_id_end = id_end;
-    st->co_has_id = has_id;
+    st->out.co_rec = (long)st->out.n_recs - 1;
+    st->out.co_end = st->out.text_len;
+    st->out.co_id_start = start;
+    st->out.co_id_end = id_end;
+    st->out.co_has_id = has_id;
 }
 
 void ev_text_opt(ev_ctx *c, ha_json_val v, int64_t *span, const char *path)

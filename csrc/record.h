@@ -32,10 +32,8 @@ typedef struct {
     int meta_set;
     ha_json_val meta_id, meta_model;
     /* state to restore on rollback */
-    size_t n_recs, text_len, text_chars, raw_len, co_end, co_id_start, co_id_end;
-    long co_rec;
-    int co_has_id;
-    int64_t co_s1_end;
+    ha_stream_out saved;
+    int64_t co_s1_end;   /* the end of the record a piece may extend */
 } ev_ctx;
 
 extern const ha_json_val ev_absent;

@@ -2,10 +2,12 @@
 
 setuptools runs it through `cffi_modules` at install time; it produces the
 extension module agent.stream._core. Constants and enum values are taken from
-the C headers by the compiler (the `...` below), so csrc/ is their only source.
+the C headers by the compiler (the `...` below) and the functions' prototypes
+are read from the headers, so csrc/ is their only source.
 """
 
 import os
+import re
 
 from cffi import FFI
 
@@ -62,35 +64,33 @@ typedef struct { ...; } ha_stream;
 typedef struct { size_t start; size_t end; ha_json_kind kind; uint32_t tape; } ha_json_val;
 typedef struct { ...; } ha_json_iter;
 
-size_t ha_stream_text_size(size_t sse_cap);
-size_t ha_stream_raw_size(size_t sse_cap);
-int ha_stream_init(ha_stream *st, ha_protocol proto,
-                   uint8_t *sse_buf, size_t sse_cap,
-                   int64_t *recs, size_t rec_words,
-                   uint8_t *text, size_t text_cap,
-                   uint8_t *raw, size_t raw_cap);
-size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len);
-size_t ha_stream_close(ha_stream *st);
-int64_t ha_stream_retry(const ha_stream *st);
-
-ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
-                             ha_json_val *root, size_t *err_offset,
-                             unsigned *flags);
-void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container);
-int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
-int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
-ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj,
-                            const uint8_t *want, size_t want_len);
-size_t ha_json_str_max(ha_json_val s);
-ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
-                                  uint8_t *out, size_t cap, size_t *out_len,
-                                  unsigned *flags);
-ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
-ha_json_status ha_json_get_f64(const uint8_t *doc, ha_json_val v, double *out);
 """
 
+
+
+def declarations(header: str, names: tuple[str, ...]) -> str:
+    """The prototypes of the functions named, copied from the header that
+    declares them, so that their signatures have one source."""
+    with open(os.path.join(CSRC, header), encoding="utf-8") as f:
+        text = f.read()
+    found = []
+    for name in names:
+        match = re.search(rf"^[a-z][\w ]*?\b{name}\([^;]*\);", text, re.M)
+        if match is None:
+            raise LookupError(f"{header} declares no {name}()")
+        found.append(match.group(0))
+    return "\n".join(found)
+
+
+STREAM_FUNCTIONS = ("ha_stream_text_size", "ha_stream_raw_size", "ha_stream_init",
+                    "ha_stream_feed", "ha_stream_close", "ha_stream_retry")
+JSON_FUNCTIONS = ("ha_json_parse", "ha_json_iter_init", "ha_json_obj_next", "ha_json_arr_next",
+                  "ha_json_obj_get", "ha_json_str_max", "ha_json_str_decode",
+                  "ha_json_get_i64", "ha_json_get_f64")
+
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef("\n".join((CDEF, declarations("extract.h", STREAM_FUNCTIONS),
+                           declarations("json.h", JSON_FUNCTIONS))))
 ffibuilder.set_source(
     "agent.stream._core",
     '#include "extract.h"\n',
