@@ -6,7 +6,6 @@
 
 const ha_json_val ev_absent = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
 
-
 /* ---- the transaction ---- */
 
 static int64_t *rec_at(ha_stream *st, size_t i)
@@ -59,6 +58,8 @@ int64_t *ev_rec(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub)
     return r;
 }
 
+/* ---- spans ---- */
+
 static size_t count_chars(const uint8_t *p, size_t n)
 {
     size_t chars = 0;
@@ -78,7 +79,6 @@ static void text_commit(ha_stream *st, size_t n, int64_t *span)
     span[1] = (int64_t)st->out.text_chars;
 }
 
-/* Decode a JSON string value into the text area. */
 int ev_text(ev_ctx *c, ha_json_val v, int64_t *span)
 {
     ha_stream *st = c->st;
@@ -95,7 +95,6 @@ int ev_text(ev_ctx *c, ha_json_val v, int64_t *span)
     return 1;
 }
 
-/* Raw bytes (SSE names, ids, field names) into the text area, made valid. */
 int ev_text_bytes(ev_ctx *c, const uint8_t *p, size_t n, int64_t *span, unsigned *flags)
 {
     ha_stream *st = c->st;
@@ -152,7 +151,7 @@ void ev_raw_val(ev_ctx *c, ha_json_val v, int64_t *r)
     ev_raw_span(c, v.start, v.end, r);
 }
 
-/* ---- records shared by the protocols ---- */
+/* ---- checks ---- */
 
 void ev_warn(ev_ctx *c, ha_warning code, const char *detail)
 {
@@ -174,8 +173,6 @@ int ev_is_kind(ev_ctx *c, ha_json_val v, ha_json_kind want, const char *path)
     return 0;
 }
 
-/* A member the event type needs: absent or null warns MISSING_FIELD, another
- * kind FIELD_TYPE. */
 int ev_required(ev_ctx *c, ha_json_val v, ha_json_kind want, const char *path)
 {
     if (v.kind == HA_JSON_ABSENT || v.kind == HA_JSON_NULL) {
@@ -185,7 +182,6 @@ int ev_required(ev_ctx *c, ha_json_val v, ha_json_kind want, const char *path)
     return ev_is_kind(c, v, want, path);
 }
 
-/* A member the event type needs, of any kind: absent or null warns. */
 int ev_present(ev_ctx *c, ha_json_val v, const char *path)
 {
     if (v.kind != HA_JSON_ABSENT && v.kind != HA_JSON_NULL)
@@ -194,7 +190,6 @@ int ev_present(ev_ctx *c, ha_json_val v, const char *path)
     return 0;
 }
 
-/* A type we do not know: the warning names it. */
 void ev_warn_type(ev_ctx *c, ha_warning code, ha_json_val type)
 {
     int64_t *r = ev_rec(c, HA_REC_WARNING, -1, -1);
@@ -205,8 +200,6 @@ void ev_warn_type(ev_ctx *c, ha_warning code, ha_json_val type)
     ev_raw_span(c, 0, c->len, r);
 }
 
-/* An integer member: the value, or -1 when absent, null or of a wrong type
- * (which warns). */
 int64_t ev_int(ev_ctx *c, ha_json_val v, const char *path)
 {
     int64_t out = -1;
@@ -218,6 +211,8 @@ int64_t ev_int(ev_ctx *c, ha_json_val v, const char *path)
     }
     return out;
 }
+
+/* ---- records shared by the protocols ---- */
 
 /* A piece extends the previous record when that is a delta of the same
  * kind, index, sub and item id whose text ends where this one starts. */
@@ -309,7 +304,6 @@ void ev_iter(const ev_ctx *c, ha_json_iter *it, ha_json_val container)
     ha_json_iter_init_tape(it, c->doc, container, c->tape);
 }
 
-/* An error object: {type|code, message}, or a bare string message. */
 void ev_error(ev_ctx *c, ha_json_val err)
 {
     int64_t *r = ev_rec(c, HA_REC_ERROR, -1, -1);
