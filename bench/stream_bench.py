@@ -51,7 +51,7 @@ except ImportError:  # not installed: run from the source tree (needs the built 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agent.stream import Protocol, StreamDecoder  # noqa: E402
-from agent.stream import events as ev  # noqa: E402
+from agent.stream import records as rec  # noqa: E402
 
 try:
     import msgspec
@@ -594,18 +594,18 @@ def summarize(items: list) -> dict:
                 finish.append(it[2])
             elif kind == "usage":
                 usage = list(it[1:])
-        elif isinstance(it, ev.TextDelta):
+        elif isinstance(it, rec.TextDelta):
             content.append(it.text)
-        elif isinstance(it, ev.ReasoningDelta):
+        elif isinstance(it, rec.ReasoningDelta):
             reasoning.append(it.text)
-        elif isinstance(it, ev.ToolCallStart):
+        elif isinstance(it, rec.ToolCallStart):
             t = tool(it.tool_index)
             t[1], t[2] = it.call_id, it.name
-        elif isinstance(it, ev.ToolArgsDelta):
+        elif isinstance(it, rec.ToolArgsDelta):
             tool(it.tool_index)[3].append(it.text)
-        elif isinstance(it, ev.Finish):
+        elif isinstance(it, rec.Finish):
             finish.append(it.reason)
-        elif isinstance(it, ev.Usage):
+        elif isinstance(it, rec.Usage):
             usage = [it.input_tokens, it.output_tokens, it.total_tokens,
                      it.cache_read_tokens, it.reasoning_tokens]
     return {
@@ -795,7 +795,7 @@ def bench_framing(size: int, rounds: int) -> dict:
             t1 = time.perf_counter_ns()
         finally:
             gc.enable()
-        got = [e for e in out if isinstance(e, ev.SSEEvent)]
+        got = [e for e in out if isinstance(e, rec.SSEEvent)]
         if len(got) != 1 or got[0].data != data:
             raise AssertionError(f"framing check failed: {out[:3]!r}")
         del dec, out, got

@@ -7,13 +7,11 @@
  * needs: the text of all records of one call is written to one UTF-8 area,
  * decoded once, and records address it in code points.
  *
- * Record layout: HA_REC_WORDS int64 words.
- *   w0 kind (ha_rec_kind)   w1 index   w2 sub   w3 code
- *   w4,w5  s1  [start, end) in code points of the call's text, -1,-1 = absent
- *   w6,w7  s2  same
- *   w8,w9  s3  same
- *   w10,w11 raw [start, end) in bytes of the raw area, -1,-1 = absent
- * HA_REC_USAGE reuses w4..w11 as token counts (see ha_usage_word), -1 = absent.
+ * Record layout: HA_REC_WORDS int64 words, named by ha_rec_word (C and
+ * Python use the names, never the numbers). Strings are spans [start, end)
+ * in code points of the call's text; raw is a span in bytes of the raw area;
+ * -1,-1 is absent. HA_REC_USAGE reuses the span words as token counts
+ * (ha_usage_word), -1 = absent.
  * What index, sub, code and the strings mean for each kind is listed at
  * ha_rec_kind. The header of the record area (HA_REC_HEADER words before the
  * first record) holds the call's totals: see ha_header_word.
@@ -44,6 +42,17 @@
 #define HA_REC_HEADER 4
 #define HA_META_MAX 256u /* longest id / model kept to emit META only on change */
 #define HA_TAPE_MAX 1024u /* values and keys of one event on the tape (json.h); more: scanned */
+
+typedef enum {
+    HA_WORD_KIND,                              /* ha_rec_kind */
+    HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,  /* meaning per kind: ha_rec_kind */
+    HA_WORD_S1, HA_WORD_S1_END,                /* the spans, each [start, end) */
+    HA_WORD_S2, HA_WORD_S2_END,
+    HA_WORD_S3, HA_WORD_S3_END,
+    HA_WORD_RAW, HA_WORD_RAW_END
+} ha_rec_word;
+
+_Static_assert(HA_WORD_RAW_END + 1 == HA_REC_WORDS, "ha_rec_word names every word");
 
 typedef enum {
     HA_PROTO_SSE = 0,              /* raw SSE events, no JSON */
@@ -133,13 +142,15 @@ typedef enum {
     HA_FINISH_FAILED = 3       /* responses response.failed */
 } ha_finish_status;
 
+/* The words of an HA_REC_USAGE record after its kind: the span words hold
+ * token counts instead. */
 typedef enum {
-    HA_USAGE_INPUT = 4,
-    HA_USAGE_OUTPUT = 5,
-    HA_USAGE_TOTAL = 6,
-    HA_USAGE_CACHE_READ = 7,
-    HA_USAGE_CACHE_WRITE = 8,
-    HA_USAGE_REASONING = 9
+    HA_USAGE_INPUT = HA_WORD_S1,
+    HA_USAGE_OUTPUT = HA_WORD_S1_END,
+    HA_USAGE_TOTAL = HA_WORD_S2,
+    HA_USAGE_CACHE_READ = HA_WORD_S2_END,
+    HA_USAGE_CACHE_WRITE = HA_WORD_S3,
+    HA_USAGE_REASONING = HA_WORD_S3_END
 } ha_usage_word;
 
 typedef enum {
@@ -161,25 +172,32 @@ typedef enum {
     HA_ERR_OUTPUT_TOO_LARGE = 10
 } ha_framing_error;
 
-/* The stream. Members are private to extract.c; placed by the caller. */
+/* How far a call's output has come: one event's output is rolled back by
+ * restoring it. Private to the core, like ha_stream's members. */
+typedef struct {
+    size_t n_recs, text_len, text_chars, raw_len;
+    /* the delta record a next piece may extend: its index or -1, where its
+       text ends and where its item id lies (bytes of the text area) */
+    long co_rec;
+    size_t co_end, co_id_start, co_id_end;
+    int co_has_id;
+} ha_stream_out;
+
+/* The stream. Members are private to the core (extract.c, record.c and the
+ * protocols); placed by the caller. */
 typedef struct {
     ha_sse sse;
     ha_protocol proto;
     int64_t *recs; size_t rec_words;   /* header + records */
     uint8_t *text; size_t text_cap;
     uint8_t *raw; size_t raw_cap;
-    size_t n_recs, text_len, text_chars, raw_len;
+    ha_stream_out out;
     size_t events;
     int pending;                       /* a framed event awaits extraction */
     ha_sse_status pending_status;
     ha_sse_event ev;
     uint8_t meta_id[HA_META_MAX]; size_t meta_id_len;
     uint8_t meta_model[HA_META_MAX]; size_t meta_model_len;
-    /* the delta record a next piece may extend: its index or -1, where its
-       text ends and where its item id lies (bytes of the text area) */
-    long co_rec;
-    size_t co_end, co_id_start, co_id_end;
-    int co_has_id;
     ha_json_tape tape;
     ha_json_tape_entry tape_entries[HA_TAPE_MAX];
 } ha_stream;

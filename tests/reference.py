@@ -21,7 +21,7 @@ import sys
 from functools import lru_cache
 from typing import Any
 
-from agent.stream.events import (
+from agent.stream.records import (
     DecodeWarning,
     FramingError,
     FramingErrorCode,
@@ -95,7 +95,7 @@ class RefSSE:
 
     feed(read) returns what became known during that read, close() what the
     end of the stream reveals; both in the event classes of
-    agent.stream.events, so a result compares with == against
+    agent.stream.records, so a result compares with == against
     StreamDecoder(Protocol.SSE, buffer_size=capacity).
     """
 

@@ -29,24 +29,26 @@ from hypothesis import strategies as st
 
 from agent.stream.decoders.anthropic import AnthropicDecoder
 from agent.stream.decoders.base import OtherPart
-from agent.stream.events import (
+from agent.stream.records import (
     Citation,
     DecodeWarning,
-    Finished,
     FramingError,
     FramingErrorCode,
     JSONStatus,
     ProviderError,
     ReasoningDelta,
-    StreamIncomplete,
     TextDelta,
-    ToolCallDelta,
-    ToolCallDone,
-    ToolCallStarted,
     Truncated,
     UnknownField,
     Usage,
     WarningCode,
+)
+from agent.stream.decoders.events import (
+    MessageFinished,
+    MessageIncomplete,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallOpened,
 )
 from agent.stream.message import ArgumentsError, FinishReason, TextPart, ThinkingPart, ToolCall
 import bench_module
@@ -242,7 +244,7 @@ def of(events, kind) -> list:
 
 def assert_calls_done_once(events) -> None:
     """Every started call is done exactly once, after its start."""
-    started = [e.call for e in of(events, ToolCallStarted)]
+    started = [e.call for e in of(events, ToolCallOpened)]
     done = [e.call for e in of(events, ToolCallDone)]
     assert sorted(done) == sorted(started) == list(range(len(started)))
     for e in events:
@@ -257,7 +259,7 @@ def assert_split_invariant(body: bytes, cut_sets, **kw):
         events, msg = ours(body, cuts, **kw)
         assert msg == whole, cuts
         assert warnings(events) == warnings(whole_events), cuts
-        assert of(events, StreamIncomplete) == of(whole_events, StreamIncomplete), cuts
+        assert of(events, MessageIncomplete) == of(whole_events, MessageIncomplete), cuts
     return whole_events, whole
 
 
@@ -309,20 +311,20 @@ def test_fixture_matches_sdk():
     # The recording ends right after `data: {"type":"message_stop"}` with no
     # blank line: by the SSE rules that last event is never dispatched. The
     # SDK drops it silently; we report it (Truncated) and say the stream did
-    # not end (StreamIncomplete). The message is still whole.
+    # not end (MessageIncomplete). The message is still whole.
     assert of(events, Truncated) == [Truncated(True, True, False, 23)]
-    assert events[-1] == StreamIncomplete("the stream ended without message_stop")
+    assert events[-1] == MessageIncomplete("the stream ended without message_stop")
     assert_calls_done_once(events)
 
 
 def test_fixture_terminated_is_clean():
     body = fixture_body() + b"\n\n"
     events, msg = differential(body)
-    assert not of(events, StreamIncomplete) and not of(events, Truncated)
+    assert not of(events, MessageIncomplete) and not of(events, Truncated)
     assert not warnings(events)
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["Usage", "TextDelta", "ToolCallStarted", "ToolCallDelta", "ToolCallDone",
-                     "Finished", "Usage"]
+    assert kinds == ["Usage", "TextDelta", "ToolCallOpened", "ToolCallDelta", "ToolCallDone",
+                     "MessageFinished", "Usage"]
     # the first input_json piece is "": the core drops empty pieces
     assert of(events, ToolCallDelta) == [ToolCallDelta(0, '{"location": "Paris"}')]
 
@@ -466,14 +468,14 @@ def test_unknown_event_type_and_unknown_fields():
 def test_error_event_after_200():
     """`event: error` then the connection closes without message_stop. The
     SDK raises at the error; we pass a ProviderError on, keep what came
-    before, and end with StreamIncomplete."""
+    before, and end with MessageIncomplete."""
     err = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     body = body_of(msg_start(), start(0, text_block()), text(0, "partial"), err)
     events, msg = assert_split_invariant(body, every_split(body))
     (pe,) = of(events, ProviderError)
     assert (pe.type, pe.message) == ("overloaded_error", "Overloaded")
     assert json.loads(pe.raw) == err["error"]
-    assert events[-1] == StreamIncomplete("the stream ended without message_stop")
+    assert events[-1] == MessageIncomplete("the stream ended without message_stop")
     assert msg.text == "partial" and msg.finish_reason is None
     with pytest.raises(SDKStreamError) as info:
         sdk([body])
@@ -497,9 +499,9 @@ def test_max_tokens_cuts_tool_call_mid_string():
     assert call.arguments == cut and call.parsed is None and not call.complete
     assert call.error is ArgumentsError.TRUNCATED
     assert msg.finish_reason is FinishReason.LENGTH
-    # the Done comes with message_delta, before Finished
+    # the Done comes with message_delta, before MessageFinished
     names = [type(e).__name__ for e in events]
-    assert names.index("ToolCallDone") == names.index("Finished") - 1
+    assert names.index("ToolCallDone") == names.index("MessageFinished") - 1
     snap = sdk([body]).snapshot
     assert snap.content[1].input == {}
 
@@ -519,7 +521,7 @@ def test_ping_anywhere():
                    stop(0), PING, msg_delta(), PING, MSG_STOP)
     events, msg = differential(body)
     assert msg.text == "x" and not warnings(events)
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
 
 
 def test_multiple_tool_use_blocks():
@@ -532,7 +534,7 @@ def test_multiple_tool_use_blocks():
     events, msg = differential(body)
     assert [(c.id, c.parsed) for c in msg.tool_calls] == [
         ("toolu_1", {"x": 1}), ("toolu_2", {"y": [True, None]}), ("toolu_3", {"z": "🌍"})]
-    assert [e.call for e in of(events, ToolCallStarted)] == [0, 1, 2]
+    assert [e.call for e in of(events, ToolCallOpened)] == [0, 1, 2]
     assert [(e.call, e.tool_call.id) for e in of(events, ToolCallDone)] == [
         (0, "toolu_1"), (1, "toolu_2"), (2, "toolu_3")]
     assert_calls_done_once(events)
@@ -609,7 +611,7 @@ def test_event_names_do_not_matter():
                MSG_STOP]
     body = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events_)
     events, msg = assert_split_invariant(body, every_split(body))
-    assert msg.text == "nameless" and not of(events, StreamIncomplete)
+    assert msg.text == "nameless" and not of(events, MessageIncomplete)
     assert sdk([body]).snapshot is None
 
 
@@ -745,10 +747,10 @@ def valid_streams(draw, max_blocks: int = 4) -> bytes:
 
 def check_valid_stream(body: bytes, cut_sets) -> None:
     events, msg = assert_split_invariant(body, cut_sets)
-    assert not warnings(events) and not of(events, StreamIncomplete)
+    assert not warnings(events) and not of(events, MessageIncomplete)
     assert_calls_done_once(events)
     assert all(c.complete and c.error is None for c in msg.tool_calls)
-    assert len(of(events, Finished)) == 1
+    assert len(of(events, MessageFinished)) == 1
     by_index: dict = {}
     for e in of(events, TextDelta):
         by_index[e.index] = by_index.get(e.index, "") + e.text
@@ -854,10 +856,10 @@ def test_truncation_at_every_offset(name):
         assert_calls_done_once(events)
         assert_prefix_consistent(msg, full)
         if k == len(body):
-            assert msg == full and not of(events, StreamIncomplete) and not of(events, Truncated)
+            assert msg == full and not of(events, MessageIncomplete) and not of(events, Truncated)
         else:
-            assert events[-1] == StreamIncomplete("the stream ended without message_stop")
-            assert len(of(events, StreamIncomplete)) == 1
+            assert events[-1] == MessageIncomplete("the stream ended without message_stop")
+            assert len(of(events, MessageIncomplete)) == 1
             assert bool(of(events, Truncated)) == (k not in quiet), k
         assert not warnings(events), k
         # every call is done: TRUNCATED unless its block stopped with good JSON
@@ -885,7 +887,7 @@ def test_cut_after_stop_before_message_delta_is_truncated():
     (done,) = of(events, ToolCallDone)
     assert done.tool_call.error is ArgumentsError.TRUNCATED
     assert done.tool_call.arguments == '{"body": "a long text'
-    assert events.index(done) < events.index(of(events, StreamIncomplete)[0])
+    assert events.index(done) < events.index(of(events, MessageIncomplete)[0])
 
 
 # ---------------------------------------------------------------------------
@@ -926,7 +928,7 @@ def missing(path):
 def continues(events, msg):
     """Decoding went on: block 0 holds all its text, the stream ended well."""
     assert "before after" in [p.text for p in msg.parts if isinstance(p, TextPart)]
-    assert msg.raw_finish_reason is not None and not of(events, StreamIncomplete)
+    assert msg.raw_finish_reason is not None and not of(events, MessageIncomplete)
 
 
 def check_bad_json(events, msg):
@@ -1050,8 +1052,8 @@ def check_finish_bad(path, reason, seq):
     def check(events, msg):
         one_warning(events, WarningCode.FIELD_TYPE, path)
         assert msg.raw_finish_reason == reason and msg.stop_sequence == seq
-        assert len(of(events, Finished)) == (reason is not None)
-        assert msg.text == "before after" and not of(events, StreamIncomplete)
+        assert len(of(events, MessageFinished)) == (reason is not None)
+        assert msg.text == "before after" and not of(events, MessageIncomplete)
     return check
 
 
@@ -1059,14 +1061,14 @@ def usage_end(path, usage, reason=None, code=WarningCode.FIELD_TYPE):
     def check(events, msg):
         one_warning(events, code, path)
         assert msg.usage == usage and msg.raw_finish_reason == reason
-        assert msg.text == "before after" and not of(events, StreamIncomplete)
+        assert msg.text == "before after" and not of(events, MessageIncomplete)
     return check
 
 
 def check_stop_reason_null(events, msg):
-    assert not warnings(events) and not of(events, Finished)
+    assert not warnings(events) and not of(events, MessageFinished)
     assert msg.finish_reason is None and msg.usage.output_tokens == 7
-    assert msg.text == "before after" and not of(events, StreamIncomplete)
+    assert msg.text == "before after" and not of(events, MessageIncomplete)
 
 
 def error_check(type_, message):
@@ -1102,13 +1104,13 @@ def check_unknown_sse_field(events, msg):
 def check_after_end(events, msg):
     ws = warnings(events)
     assert [(w.code, w.detail) for w in ws] == [(WarningCode.AFTER_END, "TextDelta")]
-    assert msg.text == "before after" and not of(events, StreamIncomplete)
+    assert msg.text == "before after" and not of(events, MessageIncomplete)
 
 
 def check_end_bad_utf8(events, msg):
     # the event's REPLACED_UTF8 comes before its end: not data after the end
     assert [(w.code, w.detail) for w in warnings(events)] == [(WarningCode.REPLACED_UTF8, None)]
-    assert msg.text == "before after" and not of(events, StreamIncomplete)
+    assert msg.text == "before after" and not of(events, MessageIncomplete)
 
 
 def implicit(kind_text, check_part):
@@ -1125,7 +1127,7 @@ def check_implicit_call_late_start(events, msg):
     assert [w.code for w in ws] == [WarningCode.UNKNOWN_BLOCK, WarningCode.UNKNOWN_BLOCK]
     assert "started after its deltas" in ws[1].detail
     assert msg.tool_calls == [ToolCall("toolu_late", "late", '{"a": 1}', {"a": 1}, complete=True)]
-    (started,) = of(events, ToolCallStarted)
+    (started,) = of(events, ToolCallOpened)
     assert (started.id, started.name) == (None, None)  # it was reported before the start came
     continues(events, msg)
 
@@ -1145,7 +1147,7 @@ def check_start_no_index(events, msg):
     # the core drops both: no block, no call
     assert [(w.code, w.detail) for w in warnings(events)] == [
         (WarningCode.MISSING_FIELD, "index"), (WarningCode.MISSING_FIELD, "index")]
-    assert not of(events, ToolCallStarted) and not msg.tool_calls
+    assert not of(events, ToolCallOpened) and not msg.tool_calls
     continues(events, msg)
 
 
@@ -1169,7 +1171,7 @@ def call_error(error, complete, where):
         if where == "stop":   # right at its content_block_stop
             assert names.index("ToolCallDone") < names.index("TextDelta", names.index("ToolCallDelta"))
         elif where == "finish":
-            assert names.index("ToolCallDone") == names.index("Finished") - 1
+            assert names.index("ToolCallDone") == names.index("MessageFinished") - 1
         assert msg.tool_calls[0] is done.tool_call
         continues(events, msg)
     return check
@@ -1179,7 +1181,7 @@ def check_held_until_message_stop(events, msg):
     (done,) = of(events, ToolCallDone)
     assert done.tool_call.error is ArgumentsError.INVALID_JSON and done.tool_call.complete
     assert events[-1] is done  # at message_stop: no message_delta came
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
 
 
 def check_open_call_at_finish(events, msg):
@@ -1187,14 +1189,14 @@ def check_open_call_at_finish(events, msg):
     (done,) = of(events, ToolCallDone)
     assert done.tool_call.parsed == {"a": 1} and done.tool_call.complete
     names = [type(e).__name__ for e in events]
-    assert names.index("ToolCallDone") == names.index("Finished") - 1
+    assert names.index("ToolCallDone") == names.index("MessageFinished") - 1
 
 
 def check_open_call_at_close(events, msg):
     (done,) = of(events, ToolCallDone)
     assert done.tool_call.error is ArgumentsError.TRUNCATED
     assert done.tool_call.arguments == '{"a": 1}'  # whole, but its block never stopped
-    assert events[-1] == StreamIncomplete("the stream ended without message_stop")
+    assert events[-1] == MessageIncomplete("the stream ended without message_stop")
 
 
 def check_empty_piece(events, msg):
@@ -1495,8 +1497,8 @@ def test_required_member_absent_warns(case, null):
     assert (w.code, w.detail) == (WarningCode.MISSING_FIELD, path)
     assert json.loads(w.raw) == odd
     assert msg.text == "before after" and msg.parts == [TextPart("before after")]
-    assert not of(events, ProviderError) and len(of(events, Finished)) == 1
-    assert msg.raw_finish_reason == "end_turn" and not of(events, StreamIncomplete)
+    assert not of(events, ProviderError) and len(of(events, MessageFinished)) == 1
+    assert msg.raw_finish_reason == "end_turn" and not of(events, MessageIncomplete)
 
 
 @pytest.mark.parametrize("odd", [

@@ -21,7 +21,7 @@ BENCH = ROOT / "bench" / "stream_bench.py"
 sb = bench_module.load("stream_bench.py")
 
 from agent.stream import Protocol, StreamDecoder  # noqa: E402
-from agent.stream.events import SSEEvent  # noqa: E402
+from agent.stream.records import SSEEvent
 
 
 @pytest.fixture(scope="module")

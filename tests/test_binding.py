@@ -6,6 +6,7 @@ records are committed whole; a full area makes feed() call again)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
-from agent.stream.events import (
+from agent.stream import records
+from agent.stream._binding import ffi
+from agent.stream.records import (
     FramingError,
     FramingErrorCode,
     Meta,
@@ -26,6 +29,36 @@ from agent.stream.events import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------
+# the enums of csrc/ in Python
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("header, c_type", [
+    ("extract.h", "ha_rec_word"), ("extract.h", "ha_usage_word"), ("extract.h", "ha_protocol"),
+    ("extract.h", "ha_header_word"), ("extract.h", "ha_rec_kind"), ("extract.h", "ha_item_kind"),
+    ("extract.h", "ha_finish_status"), ("extract.h", "ha_warning"),
+    ("extract.h", "ha_framing_error"), ("json.h", "ha_json_status"), ("json.h", "ha_json_kind"),
+])
+def test_cdef_lists_every_value_of_the_c_enums(header, c_type):
+    # records.py makes its enums from the cdef: a value the header adds must
+    # be listed there too
+    text = re.sub(r"/\*.*?\*/", "", (ROOT / "csrc" / header).read_text(), flags=re.S)
+    body = re.search(r"typedef enum \{([^}]*)\} " + c_type + ";", text).group(1)
+    names = re.findall(r"\b(HA_\w+)\s*(?:=[^,]*)?(?:,|$)", body.strip())
+    assert sorted(names) == sorted(ffi.typeof(c_type).relements)
+
+
+@pytest.mark.parametrize("enum, c_type", [
+    (records.Protocol, "ha_protocol"), (records.ItemKind, "ha_item_kind"),
+    (records.FinishStatus, "ha_finish_status"), (records.WarningCode, "ha_warning"),
+    (records.FramingErrorCode, "ha_framing_error"), (records.JSONStatus, "ha_json_status"),
+])
+def test_enums_are_the_c_values(enum, c_type):
+    # the decoders' own warning codes are above the core's
+    assert sorted(m.value for m in enum if m.value < 100) == sorted(
+        ffi.typeof(c_type).relements.values())
 
 
 # ---------------------------------------------------------------------------

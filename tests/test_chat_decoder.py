@@ -34,24 +34,22 @@ from hypothesis import strategies as st
 
 from agent.stream import Protocol, StreamDecoder
 from agent.stream.decoders import OpenAIChatDecoder
-from agent.stream.events import (
+from agent.stream.records import (
     DecodeWarning,
-    Finished,
     FramingError,
     FramingErrorCode,
     JSONStatus,
     ProviderError,
     ReasoningDelta,
     RefusalDelta,
-    StreamIncomplete,
     TextDelta,
-    ToolCallDelta,
     ToolCallStart,
     Truncated,
     UnknownField,
     Usage,
     WarningCode,
 )
+from agent.stream.decoders.events import MessageFinished, MessageIncomplete, ToolCallDelta
 from agent.stream.message import ArgumentsError, FinishReason, normalise_finish
 import bench_module
 from conftest import scaled
@@ -334,7 +332,7 @@ def differential(body: bytes, **kw):
     assert_matches_sdk(dec, snap, [body], **kw)
     reads = [body[i:i + 1] for i in range(len(body))]
     assert_matches_sdk(decode(body, range(1, len(body)))[0], sdk_decode(reads), reads, **kw)
-    assert not of(events, StreamIncomplete) and not warnings(events)
+    assert not of(events, MessageIncomplete) and not warnings(events)
     return dec, events, snap
 
 
@@ -363,7 +361,7 @@ def test_fixture_matches_sdk():
     assert m.finish_reason is FinishReason.TOOL_CALLS
     assert m.usage == Usage(149, 60, 209, None, None, 0)
     assert (m.id, m.model) == ("chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63", "gpt-4o-2024-08-06")
-    assert not of(events, StreamIncomplete) and not warnings(events)
+    assert not of(events, MessageIncomplete) and not warnings(events)
 
 
 def test_fixture_byte_by_byte_matches_sdk():
@@ -395,10 +393,10 @@ def test_done_ends_the_stream():
                chunk(finish="stop"))
     dec, events, _ = differential(body)
     assert dec.message.text == "Hi"
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
     # without it the same bytes are an incomplete stream
     dec, events = decode(body[:-len(b"data: [DONE]\n\n")])
-    assert of(events, StreamIncomplete) and dec.message.text == "Hi"
+    assert of(events, MessageIncomplete) and dec.message.text == "Hi"
 
 
 def test_reasoning_content_deepseek():
@@ -425,13 +423,13 @@ def test_finish_reason_empty_on_every_chunk_is_not_a_stop():
     body = sse(chunk({"role": "assistant", "content": "a"}, finish=""),
                chunk({"content": "b"}, finish=""), chunk({"content": "c"}, finish="stop"))
     dec, events, _ = differential(body)
-    assert [(e.raw_reason, e.choice) for e in of(events, Finished)] == [("stop", 0)]
+    assert [(e.raw_reason, e.choice) for e in of(events, MessageFinished)] == [("stop", 0)]
     assert dec.message.text == "abc"
     # with no real finish_reason at all: none, where the SDK keeps ""
     body = sse(chunk({"content": "a"}, finish=""), chunk({"content": "b"}, finish=""))
     dec, events = decode(body)
     assert dec.message.raw_finish_reason is None and dec.message.finish_reason is None
-    assert not of(events, Finished)
+    assert not of(events, MessageFinished)
     assert sdk_decode([body]).choices[0].finish_reason == ""
 
 
@@ -611,7 +609,7 @@ def test_n_choices_interleaved():
     assert (second.text, second.finish_reason) == ("Ein", FinishReason.TOOL_CALLS)
     assert [summary(c) for c in second.tool_calls] == [("call_z", "f", '{"n": 2}')]
     assert first.usage == second.usage == USAGE_EVENT
-    assert [(e.choice, e.raw_reason) for e in of(events, Finished)] == [
+    assert [(e.choice, e.raw_reason) for e in of(events, MessageFinished)] == [
         (0, "length"), (1, "tool_calls")]
 
 
@@ -641,7 +639,7 @@ def test_error_object_after_200():
     [e] = of(events, ProviderError)
     assert (e.type, e.message) == ("server_error", "The server had an error")
     assert json.loads(e.raw) == err["error"]
-    assert of(events, StreamIncomplete) and dec.message.text == "par"
+    assert of(events, MessageIncomplete) and dec.message.text == "par"
     with pytest.raises(SDKStreamError) as info:
         sdk_decode([body])
     assert info.value.body == err["error"]
@@ -655,7 +653,7 @@ def test_bare_error_field_is_an_unknown_field():
     [u] = of(events, UnknownField)
     assert u.name == "error" and u.preview == b'{"code":500,"message":"slot unavailable"}'
     assert u.size == len(u.preview)
-    assert of(events, StreamIncomplete) and dec.message.text == "x"
+    assert of(events, MessageIncomplete) and dec.message.text == "x"
     assert not of(events, ProviderError)
     # the SDK drops the field silently and sees a normal (short) stream
     assert sdk_decode([body]).choices[0].message.content == "x"
@@ -670,7 +668,7 @@ def test_unframed_json_error_body(tail):
     body = b'{"error": {"message": "upstream timeout", "type": "proxy_error"}}' + tail
     dec, events = decode_every_way(body)
     assert not of(events, ProviderError)
-    assert isinstance(events[-1], StreamIncomplete)
+    assert isinstance(events[-1], MessageIncomplete)
     if tail:
         [u] = of(events, UnknownField)
         assert u.name == '{"error"'
@@ -859,7 +857,7 @@ def test_generated_streams_match_sdk_in_random_splits(data):
     reads = [body[a:b] for a, b in zip(bounds, bounds[1:])]
     dec, events = decode(body, cuts)
     assert_truth(dec, truth, usage, place)
-    assert not warnings(events) and not of(events, StreamIncomplete)
+    assert not warnings(events) and not of(events, MessageIncomplete)
     snap = sdk_decode(reads)
     assert_matches_sdk(dec, snap, reads, usage=place != "second-to-last")
     if place == "second-to-last":
@@ -885,14 +883,14 @@ def test_short_generated_streams_at_every_split_point(stream):
 # ---------------------------------------------------------------------------
 
 def assert_prefix_consistent(body: bytes, end: int) -> None:
-    """Cut body at every offset: never an exception; StreamIncomplete
+    """Cut body at every offset: never an exception; MessageIncomplete
     exactly when the cut comes before `end` (the blank line that ends the
     [DONE] event); and a partial message consistent with the full one."""
     full = decode(body)[0].messages
     for cut in range(len(body) + 1):
         dec = OpenAIChatDecoder()
         events = dec.feed(body[:cut]) + dec.close()
-        incomplete = of(events, StreamIncomplete)
+        incomplete = of(events, MessageIncomplete)
         if cut >= end:
             assert not incomplete, cut
         else:
@@ -983,7 +981,7 @@ def test_malformed_chunk_in_the_middle_warns_and_decoding_goes_on(bad, code, det
     assert m.text == ("aXb" if detail == "choices[].index" else "ab")
     assert [summary(c) for c in m.tool_calls] == [("call_1", "f", '{"q": 1}')]
     assert m.finish_reason is FinishReason.TOOL_CALLS and m.usage == USAGE_EVENT
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
 
 
 def test_data_after_done_warns_after_end():
@@ -995,7 +993,7 @@ def test_data_after_done_warns_after_end():
     assert warnings(events) == after
     m = dec.message
     assert (m.text, m.usage, m.raw_finish_reason) == ("a", None, "stop")
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
 
 
 # ---------------------------------------------------------------------------
@@ -1117,9 +1115,9 @@ def test_wrong_type_field(bad, paths, keeps):
     assert all(c.complete for c in m.tool_calls)
     assert m.usage == keeps.get("usage")
     assert (m.id, m.model) == (keeps.get("id", ID), keeps.get("model", MODEL))
-    assert [e.raw_reason for e in of(events, Finished)] == keeps.get("finished", ["stop"])
+    assert [e.raw_reason for e in of(events, MessageFinished)] == keeps.get("finished", ["stop"])
     assert m.raw_finish_reason == "stop"
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
 
 
 # ---------------------------------------------------------------------------
@@ -1132,7 +1130,7 @@ def middle(bad, **kwargs):
                chunk(finish="stop"))
     dec, events = decode_every_way(body, **kwargs)
     assert dec.message.text.startswith("a") and dec.message.text.endswith("b")
-    assert not of(events, StreamIncomplete)
+    assert not of(events, MessageIncomplete)
     return dec.message, events
 
 
@@ -1209,7 +1207,7 @@ def test_error_of_another_type_warns_and_the_chunk_is_decoded(error):
 def test_done_sentinel_variants(done, ends):
     body = sse(chunk({"content": "a"}), chunk(finish="stop"), done=False) + done
     dec, events = decode_every_way(body)
-    assert bool(of(events, StreamIncomplete)) is not ends
+    assert bool(of(events, MessageIncomplete)) is not ends
     assert dec.message.text == "a" and dec.message.raw_finish_reason == "stop"
     if not ends and done.endswith(b"\n\n"):
         [w] = warnings(events)
@@ -1224,7 +1222,7 @@ def test_end_without_done_truncates_open_calls():
                chunk(calls(tool(0, "call_1", "f", '{"x": 1}', "function"),
                            tool(1, "call_2", "g", '{"y": "cut', "function"))), done=False)
     dec, events = decode_every_way(body)
-    assert isinstance(events[-1], StreamIncomplete)
+    assert isinstance(events[-1], MessageIncomplete)
     c1, c2 = dec.message.tool_calls
     assert (c1.error, c1.complete, c1.parsed) == (ArgumentsError.TRUNCATED, False, None)
     assert (c2.error, c2.arguments) == (ArgumentsError.TRUNCATED, '{"y": "cut')
@@ -1236,7 +1234,7 @@ def test_cut_inside_an_event_reports_truncated():
     dec, events = decode_every_way(body)
     [t] = of(events, Truncated)
     assert t.unterminated_event and t.partial_line
-    assert isinstance(events[-1], StreamIncomplete) and dec.message.text == "a"
+    assert isinstance(events[-1], MessageIncomplete) and dec.message.text == "a"
 
 
 @pytest.mark.parametrize("raw_text, shown", [

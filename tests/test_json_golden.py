@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.stream import JSONError, loads, loads_flagged
-from agent.stream.events import JSONStatus
+from agent.stream.records import JSONStatus
 from conftest import scaled
 from reference import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, RefJSONError, ref_loads
 from streams import mutate

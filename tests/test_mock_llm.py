@@ -17,13 +17,14 @@ import trio
 from agent.mock_llm import scripts, wire
 from agent.mock_llm.scripts import Conversation, ToolUse
 from agent.mock_llm.server import serve
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
 from conftest import timeout
 
 ROOT = Path(__file__).resolve().parent.parent
-PROBLEMS = (ev.DecodeWarning, ev.FramingError, ev.Truncated, ev.ProviderError,
-            ev.StreamIncomplete, ev.UnknownField)
+PROBLEMS = (rec.DecodeWarning, rec.FramingError, rec.Truncated, rec.ProviderError,
+            ev.MessageIncomplete, rec.UnknownField)
 TOOLS = ("read_sensor", "set_relay")
 SWITCH_PROMPT = "Please switch relay 1 on"
 TOOL_RESULT = '{"channel": 1, "on": true, "ok": true}'
@@ -145,9 +146,9 @@ async def test_streamed_text_decodes_exactly(base_url, fmt, scenario):
     assert problems(events) == []
     assert decoder.message.text == text
     assert decoder.message.reasoning == reasoning
-    assert [e.reason.value for e in events if isinstance(e, ev.Finished)] == ["stop"]
+    assert [e.reason.value for e in events if isinstance(e, ev.MessageFinished)] == ["stop"]
     # A few characters per delta: many events, as a real stream has.
-    assert sum(isinstance(e, ev.TextDelta) for e in events) >= len(text) // wire.DELTA_CHARS
+    assert sum(isinstance(e, rec.TextDelta) for e in events) >= len(text) // wire.DELTA_CHARS
 
 
 @pytest.mark.trio
@@ -233,8 +234,8 @@ async def test_drop_leaves_a_truncated_stream(base_url, fmt):
         events += decoder.close()
         # The server keeps serving after dropping a connection.
         assert (await client.post(fmt.path, json=fmt.request("Hi", stream=False))).status_code == 200
-    assert any(isinstance(e, ev.Truncated) and e.unterminated_event for e in events)
-    assert any(isinstance(e, ev.StreamIncomplete) for e in events)
+    assert any(isinstance(e, rec.Truncated) and e.unterminated_event for e in events)
+    assert any(isinstance(e, ev.MessageIncomplete) for e in events)
     assert scripts.ENGLISH.startswith(decoder.message.text) and decoder.message.text
 
 
@@ -290,9 +291,9 @@ async def test_error_event_after_200(base_url, fmt):
     async with httpx.AsyncClient(base_url=base_url) as client:
         decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"),
                                                  {"x-mock-fault": "error-event"})
-    errors = [e for e in events if isinstance(e, ev.ProviderError)]
+    errors = [e for e in events if isinstance(e, rec.ProviderError)]
     assert len(errors) == 1 and "overloaded" in errors[0].message
-    assert any(isinstance(e, ev.StreamIncomplete) for e in events)
+    assert any(isinstance(e, ev.MessageIncomplete) for e in events)
     assert decoder.message.text and scripts.ENGLISH.startswith(decoder.message.text)
 
 
@@ -303,8 +304,8 @@ async def test_garbage_is_reported_not_raised(base_url, fmt):
         decoder, events, raw = await decode_stream(client, fmt, fmt.request("Hello"),
                                                    {"x-mock-fault": "garbage"})
     assert b"data:" not in raw
-    assert any(isinstance(e, (ev.UnknownField, ev.DecodeWarning)) for e in events)
-    assert any(isinstance(e, ev.StreamIncomplete) for e in events)
+    assert any(isinstance(e, (rec.UnknownField, rec.DecodeWarning)) for e in events)
+    assert any(isinstance(e, ev.MessageIncomplete) for e in events)
     assert decoder.message.text == ""
 
 

@@ -26,7 +26,8 @@ from agent.providers import (
     build_request,
     stream_answer,
 )
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
 from conftest import timeout
 
@@ -166,8 +167,8 @@ async def test_request_body_and_answer(mock, protocol):
         assert headers["authorization"] == "***" and "x-api-key" not in headers
     assert answer.ok and answer.attempts == 1 and answer.interrupted is None
     assert answer.message.text == scripts.confirmation(TOOL_RESULT)
-    assert "".join(e.text for e in collect.of(ev.TextDelta)) == answer.message.text
-    assert [e.reason.value for e in collect.of(ev.Finished)] == ["stop"]
+    assert "".join(e.text for e in collect.of(rec.TextDelta)) == answer.message.text
+    assert [e.reason.value for e in collect.of(ev.MessageFinished)] == ["stop"]
 
 
 def test_build_request_without_key_or_system():
@@ -332,7 +333,7 @@ async def test_drop_after_events_is_not_retried(mock, protocol):
                                      on_event=collect, backoff=FAST)
     assert answer.attempts == 1 and len(await mock.requests()) == 1
     assert answer.interrupted.startswith("connection lost")
-    assert answer.incomplete is not None and collect.of(ev.StreamIncomplete) == [answer.incomplete]
+    assert answer.incomplete is not None and collect.of(ev.MessageIncomplete) == [answer.incomplete]
     assert answer.message.text and scripts.ENGLISH.startswith(answer.message.text)
 
 
@@ -368,7 +369,7 @@ async def test_error_event_in_a_200_stream(mock, protocol):
     async with httpx.AsyncClient() as client:
         answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                      on_event=collect)
-    [error] = collect.of(ev.ProviderError)
+    [error] = collect.of(rec.ProviderError)
     assert answer.provider_error is error and "overloaded" in error.message
     assert not answer.ok and answer.attempts == 1
 
@@ -379,7 +380,7 @@ async def test_cancel_closes_the_response(mock):
     async with httpx.AsyncClient() as client:
         with trio.move_on_after(timeout(10)) as scope:
             async def cancel_on_first_text(event):
-                if isinstance(event, ev.TextDelta):
+                if isinstance(event, rec.TextDelta):
                     scope.cancel()
             await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                 on_event=cancel_on_first_text)

@@ -37,18 +37,19 @@ from openai._utils import is_mapping
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders.base import OtherPart
 from agent.stream.decoders.openai_responses import OpenAIResponsesDecoder
-from agent.stream.events import (
+from agent.stream.records import (
     DecodeWarning,
     FramingError,
     FramingErrorCode,
     ProviderError,
-    StreamIncomplete,
     Truncated,
     WarningCode,
 )
+from agent.stream.decoders.events import MessageIncomplete
 from agent.stream.message import (
     ArgumentsError,
     FinishReason,
@@ -422,17 +423,17 @@ def compare(msg, response) -> None:
 
 def check_events(msg, events: list) -> None:
     """The event stream tells the same story as the message."""
-    assert not [e for e in events if isinstance(e, StreamIncomplete)]
+    assert not [e for e in events if isinstance(e, MessageIncomplete)]
     # deltas joined per item and part, in output_index order, are the parts
     text: dict = {}
     for e in events:
-        if isinstance(e, ev.TextDelta):
+        if isinstance(e, rec.TextDelta):
             text[(e.index, e.content_index, e.item_id)] = text.get(
                 (e.index, e.content_index, e.item_id), "") + e.text
     assert "".join(text[k] for k in sorted(text, key=lambda k: k[:2])) == msg.text
     thinking: dict = {}
     for e in events:
-        if isinstance(e, ev.ReasoningDelta):
+        if isinstance(e, rec.ReasoningDelta):
             k = (e.index, e.summary_index is None, e.summary_index or 0, e.item_id)
             thinking[k] = thinking.get(k, "") + e.text
     assert "".join(thinking[k] for k in sorted(thinking, key=lambda k: k[:3])) == msg.reasoning
@@ -445,16 +446,16 @@ def check_events(msg, events: list) -> None:
     for i, call in enumerate(msg.tool_calls):
         if f"call {i}" not in mismatched:
             assert args.get(i, "") == call.arguments
-    started = [e for e in events if isinstance(e, ev.ToolCallStarted)]
+    started = [e for e in events if isinstance(e, ev.ToolCallOpened)]
     done = [e for e in events if isinstance(e, ev.ToolCallDone)]
     assert [e.call for e in started] == list(range(len(msg.tool_calls)))
     assert sorted(e.call for e in done) == list(range(len(msg.tool_calls)))
     by_call = {e.call: e.tool_call for e in done}
     assert [by_call[i] for i in range(len(done))] == msg.tool_calls
-    finished = [e for e in events if isinstance(e, ev.Finished)]
+    finished = [e for e in events if isinstance(e, ev.MessageFinished)]
     assert len(finished) == 1 and finished[0].reason is msg.finish_reason
     assert finished[0].raw_reason == msg.raw_finish_reason
-    # every ToolCallDone comes before Finished
+    # every ToolCallDone comes before MessageFinished
     assert all(events.index(d) < events.index(finished[0]) for d in done)
 
 
@@ -494,9 +495,9 @@ def differential(events: list, ascii_only: bool = False, every_split: bool = Tru
     return msg, out
 
 
-_MERGE = {ev.TextDelta: lambda e: (e.index, e.content_index, e.item_id),
-          ev.ReasoningDelta: lambda e: (e.index, e.summary_index, e.item_id),
-          ev.RefusalDelta: lambda e: (e.index, e.content_index, e.item_id),
+_MERGE = {rec.TextDelta: lambda e: (e.index, e.content_index, e.item_id),
+          rec.ReasoningDelta: lambda e: (e.index, e.summary_index, e.item_id),
+          rec.RefusalDelta: lambda e: (e.index, e.content_index, e.item_id),
           ev.ToolCallDelta: lambda e: (e.call, e.choice)}
 
 
@@ -630,7 +631,7 @@ def test_multiple_content_parts_refusal_and_annotations():
     assert msg.text == "Oslo is cold. Bye."
     assert msg.refusal == "I can't help with that."
     assert msg.citations == [note]
-    assert len([e for e in out if isinstance(e, ev.Citation)]) == 1
+    assert len([e for e in out if isinstance(e, rec.Citation)]) == 1
 
 
 @pytest.mark.parametrize("drop_output", [False, True], ids=["api-output", "sdk-rebuilt"])
@@ -673,7 +674,7 @@ def test_response_incomplete_content_filter_with_open_call():
 @pytest.mark.parametrize("drop_output", [False, True], ids=["api-output", "sdk-rebuilt"])
 def test_response_failed(drop_output):
     """response.failed: its error object arrives as a ProviderError before
-    Finished(ERROR); what had streamed is kept, the open call TRUNCATED."""
+    MessageFinished(ERROR); what had streamed is kept, the open call TRUNCATED."""
     items = [message_item(0, 1, [("output_text", ["Partial ", "answer"])]),
              call_item(1, 2, "search", ['{"q":', '"x"}'], with_done=False)]
     error = {"code": "server_error", "message": "The server had an error while processing."}
@@ -686,7 +687,7 @@ def test_response_failed(drop_output):
     (perr,) = [e for e in out if isinstance(e, ProviderError)]
     assert (perr.type, perr.message) == ("server_error", error["message"])
     assert msg.finish_reason is FinishReason.ERROR and msg.raw_finish_reason == "failed"
-    assert events_order(out, ProviderError, ev.Finished)
+    assert events_order(out, ProviderError, ev.MessageFinished)
     assert msg.tool_calls[0].error is ArgumentsError.TRUNCATED
 
 
@@ -700,7 +701,7 @@ def test_error_event_then_close():
     """An `error` event after HTTP 200, then the body ends. The SDK fires a
     ResponseErrorEvent and has no final response (get_final_response()
     raises RuntimeError); we pass a ProviderError through, keep the partial
-    message and end with StreamIncomplete."""
+    message and end with MessageIncomplete."""
     items = [message_item(0, 1, [("output_text", ["Hal", "f"])])]
     events = head() + items[0].events[:4] + [
         {"type": "error", "code": "rate_limit_exceeded", "message": "Rate limit reached",
@@ -714,7 +715,7 @@ def test_error_event_then_close():
     (perr,) = [e for e in out if isinstance(e, ProviderError)]
     assert (perr.type, perr.message) == (sdk_err.code, sdk_err.message)
     assert json.loads(perr.raw)["code"] == sdk_err.code
-    assert isinstance(out[-1], StreamIncomplete)
+    assert isinstance(out[-1], MessageIncomplete)
     assert msg.text == "Half" and msg.finish_reason is None
 
 
@@ -744,7 +745,7 @@ def test_error_event_nested():
     msg, out = ours(body)
     (perr,) = [e for e in out if isinstance(e, ProviderError)]
     assert (perr.type, perr.message) == ("server_error", "overloaded")
-    assert msg.id == RESP_ID and isinstance(out[-1], StreamIncomplete)
+    assert msg.id == RESP_ID and isinstance(out[-1], MessageIncomplete)
 
 
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # SDK to_dict, unknown item
@@ -957,7 +958,7 @@ def test_generated_short_streams_every_split(stream):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(streams(), st.data())
 def test_generated_streams_truncated(stream, data):
-    """A random cut: StreamIncomplete and a consistent prefix, or the clean
+    """A random cut: MessageIncomplete and a consistent prefix, or the clean
     result when the cut is after the terminal event."""
     events, ascii_only = stream
     body = body_of(events, ascii_only)
@@ -998,11 +999,11 @@ def check_truncated(body: bytes, cut: int, full, end: int) -> None:
     out = dec.feed(body[:cut]) + dec.close()
     msg = dec.message
     if cut >= end:
-        assert not [e for e in out if isinstance(e, StreamIncomplete)]
+        assert not [e for e in out if isinstance(e, MessageIncomplete)]
         assert msg == full
         return
-    assert isinstance(out[-1], StreamIncomplete), cut
-    assert sum(isinstance(e, StreamIncomplete) for e in out) == 1
+    assert isinstance(out[-1], MessageIncomplete), cut
+    assert sum(isinstance(e, MessageIncomplete) for e in out) == 1
     assert msg.finish_reason is None
     # the partial message aligns, in order, with the full one
     j = 0
@@ -1142,7 +1143,7 @@ ROWS = [
         [(WarningCode.NOT_OBJECT, None)], lambda m, o: m.text == CLEAN_TEXT),
     Row("empty-data-line", base_stream(b""), [(WarningCode.BAD_JSON, None)],
         lambda m, o: m.text == CLEAN_TEXT
-        and warnings_of(o)[0].json_status is ev.JSONStatus.EMPTY),
+        and warnings_of(o)[0].json_status is rec.JSONStatus.EMPTY),
     Row("invalid-utf8", base_stream(
         b'{"type":"response.output_text.delta","item_id":"' + IID.encode()
         + b'","output_index":0,"content_index":0,"delta":"\xff!"}'),
@@ -1217,7 +1218,7 @@ ROWS = [
                   "arguments": "{}"}}, _completed()],
         [(FT, "item.call_id")],
         lambda m, o: m.tool_calls[0].id == "c1"
-        and [e.id for e in o if isinstance(e, ev.ToolCallStarted)] == [None]),
+        and [e.id for e in o if isinstance(e, ev.ToolCallOpened)] == [None]),
     Row("item-name-not-string", head() + [
         {"type": "response.output_item.added", "output_index": 0,
          "item": {"id": FID, "type": "function_call", "call_id": "c1", "name": 7,
@@ -1359,11 +1360,11 @@ def test_field_rows(row):
         assert want_detail is None or detail == want_detail
     if row.check is not None:
         assert row.check(msg, out)
-    assert sum(isinstance(e, ev.Finished) for e in out) == 1
-    assert not [e for e in out if isinstance(e, StreamIncomplete)]
-    # a terminal event's own warnings come before its Finished; only data
+    assert sum(isinstance(e, ev.MessageFinished) for e in out) == 1
+    assert not [e for e in out if isinstance(e, MessageIncomplete)]
+    # a terminal event's own warnings come before its MessageFinished; only data
     # after the end follows it
-    end = next(i for i, e in enumerate(out) if isinstance(e, ev.Finished))
+    end = next(i for i, e in enumerate(out) if isinstance(e, ev.MessageFinished))
     assert all(e.code is WarningCode.AFTER_END for e in out[end:] if isinstance(e, DecodeWarning))
 
 
@@ -1484,7 +1485,7 @@ def test_invalid_utf8_sdk_raises_we_replace():
 
 def test_never_raises_on_random_garbage_between_events():
     """Random bytes spliced in at seeded offsets: no exception, the decoder
-    ends cleanly or with StreamIncomplete."""
+    ends cleanly or with MessageIncomplete."""
     body = body_of(out_of_order_stream())
     rng = random.Random(1234)
     for _ in range(scaled(200)):
@@ -1498,6 +1499,6 @@ def test_never_raises_on_random_garbage_between_events():
         out += dec.close()
         msg = dec.message
         # the stream either ended (once) or is reported incomplete (once)
-        assert sum(isinstance(e, (ev.Finished, StreamIncomplete)) for e in out) == 1
+        assert sum(isinstance(e, (ev.MessageFinished, MessageIncomplete)) for e in out) == 1
         assert all(isinstance(p, (TextPart, ThinkingPart, ToolCall, OtherPart))
                    for p in msg.parts)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.session.codec import turn_from_json, turn_summary, turn_to_json
 from agent.session.store import SessionStore
-from agent.stream.events import Usage
+from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall)
 from conftest import scaled, timeout

@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from agent.stream import Protocol, StreamDecoder
-from agent.stream.events import (
+from agent.stream.records import (
     DecodeWarning,
     FramingError,
     FramingErrorCode,
     ReasoningDelta,
     RefusalDelta,
-    SignatureDelta,
     SSEEvent,
+    SignatureDelta,
     TextDelta,
     ToolArgsDelta,
     Truncated,

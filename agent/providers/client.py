@@ -16,7 +16,7 @@ Answer comes back. The rules:
   UpstreamUnavailable. Neither ever holds the API key.
 - A body that stops after events were forwarded (connection lost, read
   timeout, the overall deadline) is not an exception: the Answer holds the
-  partial message, the decoder's StreamIncomplete and why it stopped.
+  partial message, the decoder's MessageIncomplete and why it stopped.
 - The response body goes from `aiter_raw()` to the decoder as bytes.
 - Cancelling the caller closes the response (and its connection) at once;
   a complete answer leaves the connection in the client's pool, so pass one
@@ -38,7 +38,8 @@ import httpx
 import trio
 
 from agent.providers.requests import Conversation, Provider, Tool, build_request
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
 from agent.stream.message import Message
 
@@ -90,10 +91,10 @@ class Backoff:
 @dataclass
 class Answer:
     message: Message
-    attempts: int                                  # HTTP requests made
-    incomplete: ev.StreamIncomplete | None = None  # the body ended before the protocol's end
-    interrupted: str | None = None                 # why the body stopped early, if it did
-    provider_error: ev.ProviderError | None = None # the first error event inside the stream
+    attempts: int                                    # HTTP requests made
+    incomplete: ev.MessageIncomplete | None = None   # the body ended before the protocol's end
+    interrupted: str | None = None                   # why the body stopped early, if it did
+    provider_error: rec.ProviderError | None = None  # the first error event inside the stream
 
     @property
     def ok(self) -> bool:
@@ -117,12 +118,12 @@ class _Run:
         self.attempts = 0
         self.interrupted: str | None = None
         self.last_error: UpstreamError | None = None  # of the attempt before a retry wait
-        self.provider_error: ev.ProviderError | None = None
+        self.provider_error: rec.ProviderError | None = None
 
     async def emit(self, events: list) -> None:
         for event in events:
             self.forwarded = True
-            if isinstance(event, ev.ProviderError) and self.provider_error is None:
+            if isinstance(event, rec.ProviderError) and self.provider_error is None:
                 self.provider_error = event
             if self.on_event is not None:
                 await self.on_event(event)
@@ -130,7 +131,7 @@ class _Run:
     async def finish(self) -> Answer:
         closing = self.decoder.close()
         await self.emit(closing)
-        incomplete = next((e for e in closing if isinstance(e, ev.StreamIncomplete)), None)
+        incomplete = next((e for e in closing if isinstance(e, ev.MessageIncomplete)), None)
         return Answer(self.decoder.message, self.attempts, incomplete, self.interrupted,
                       self.provider_error)
 

@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Any
 
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
-from agent.stream.events import Usage
+from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall)
 

@@ -47,7 +47,8 @@ from agent.providers import (
 from agent.providers.requests import Provider
 from agent.devices.hub import ToolOutcome
 from agent.session.store import check_session_id
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
@@ -246,23 +247,23 @@ def _failure(provider: str, answer) -> AskFailed | None:
 def event_reply(event: object) -> replies.Reply | None:
     """The socket reply of one decoder event, or None for events the done
     reply sums up (usage, finish) or that only the message needs."""
-    if isinstance(event, ev.TextDelta):
+    if isinstance(event, rec.TextDelta):
         return replies.Delta(event.text)
-    if isinstance(event, ev.ReasoningDelta):
+    if isinstance(event, rec.ReasoningDelta):
         return replies.Reasoning(event.text)
-    if isinstance(event, ev.RefusalDelta):
+    if isinstance(event, rec.RefusalDelta):
         return replies.Refusal(event.text)
     if isinstance(event, ev.ToolCallDone):
         call = event.tool_call
         return replies.ToolCall(call.id, call.name,
                                 call.parsed if call.parsed is not None else call.arguments,
                                 call.error.value if call.error is not None else None)
-    if isinstance(event, ev.DecodeWarning):
+    if isinstance(event, rec.DecodeWarning):
         return replies.UpstreamWarning(event.code.name.lower(), event.detail)
-    if isinstance(event, ev.FramingError):
+    if isinstance(event, rec.FramingError):
         return replies.UpstreamWarning(event.code.name.lower(),
                                        f"an event of {event.size} bytes was dropped")
-    if isinstance(event, ev.UnknownField):
+    if isinstance(event, rec.UnknownField):
         return replies.UpstreamWarning("unknown_sse_field", event.name)
     return None
 

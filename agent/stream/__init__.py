@@ -6,7 +6,7 @@ extracts the protocol's fields in one call per read.
 """
 
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamClosedError, StreamDecoder
-from agent.stream.events import Protocol
+from agent.stream.records import Protocol
 from agent.stream.jsonscan import JSONError, loads, loads_flagged
 
 __all__ = [

@@ -2,15 +2,19 @@
 
 setuptools runs it through `cffi_modules` at install time; it produces the
 extension module agent.stream._core. Constants and enum values are taken from
-the C headers by the compiler (the `...` below), so csrc/ is their only source.
+the C headers by the compiler (the `...` below) and the functions' prototypes
+are read from the headers, so csrc/ is their only source.
 """
 
 import os
+import re
 
 from cffi import FFI
 
 CSRC = "csrc"
-SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "extract.c")]
+SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "record.c", "extract.c",
+                                                "openai_chat.c", "anthropic.c",
+                                                "openai_responses.c")]
 
 CDEF = """
 #define HA_REC_WORDS ...
@@ -28,6 +32,21 @@ typedef enum { HA_PROTO_SSE, HA_PROTO_OPENAI_CHAT, HA_PROTO_ANTHROPIC,
                HA_PROTO_OPENAI_RESPONSES, ... } ha_protocol;
 typedef enum { HA_HDR_EVENTS, HA_HDR_TEXT, HA_HDR_CONSUMED, HA_HDR_FULL, ... }
     ha_header_word;
+typedef enum { HA_WORD_KIND, HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,
+               HA_WORD_S1, HA_WORD_S1_END, HA_WORD_S2, HA_WORD_S2_END,
+               HA_WORD_S3, HA_WORD_S3_END, HA_WORD_RAW, HA_WORD_RAW_END, ... }
+    ha_rec_word;
+typedef enum { HA_USAGE_INPUT, HA_USAGE_OUTPUT, HA_USAGE_TOTAL, HA_USAGE_CACHE_READ,
+               HA_USAGE_CACHE_WRITE, HA_USAGE_REASONING, ... } ha_usage_word;
+typedef enum { HA_ITEM_TEXT, HA_ITEM_THINKING, HA_ITEM_REDACTED_THINKING,
+               HA_ITEM_TOOL_USE, HA_ITEM_OTHER, ... } ha_item_kind;
+typedef enum { HA_FINISH_STOP, HA_FINISH_COMPLETED, HA_FINISH_INCOMPLETE,
+               HA_FINISH_FAILED, ... } ha_finish_status;
+typedef enum { HA_WARN_BAD_JSON, HA_WARN_NOT_OBJECT, HA_WARN_UNKNOWN_EVENT,
+               HA_WARN_UNKNOWN_DELTA, HA_WARN_FIELD_TYPE, HA_WARN_REPLACED_UTF8,
+               HA_WARN_MISSING_FIELD, ... } ha_warning;
+typedef enum { HA_ERR_EVENT_TOO_LARGE, HA_ERR_NAME_TOO_LONG, HA_ERR_ID_TOO_LONG,
+               HA_ERR_OUTPUT_TOO_LARGE, ... } ha_framing_error;
 typedef enum { HA_REC_SSE_EVENT, HA_REC_TEXT, HA_REC_REASONING, HA_REC_REFUSAL,
                HA_REC_SIGNATURE, HA_REC_TOOL_START, HA_REC_TOOL_ARGS,
                HA_REC_BLOCK_START, HA_REC_BLOCK_STOP, HA_REC_CITATION,
@@ -45,41 +64,42 @@ typedef struct { ...; } ha_stream;
 typedef struct { size_t start; size_t end; ha_json_kind kind; uint32_t tape; } ha_json_val;
 typedef struct { ...; } ha_json_iter;
 
-size_t ha_stream_text_size(size_t sse_cap);
-size_t ha_stream_raw_size(size_t sse_cap);
-int ha_stream_init(ha_stream *st, ha_protocol proto,
-                   uint8_t *sse_buf, size_t sse_cap,
-                   int64_t *recs, size_t rec_words,
-                   uint8_t *text, size_t text_cap,
-                   uint8_t *raw, size_t raw_cap);
-size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len);
-size_t ha_stream_close(ha_stream *st);
-int64_t ha_stream_retry(const ha_stream *st);
-
-ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
-                             ha_json_val *root, size_t *err_offset,
-                             unsigned *flags);
-void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val container);
-int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
-int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
-ha_json_val ha_json_obj_get(const uint8_t *doc, ha_json_val obj,
-                            const uint8_t *want, size_t want_len);
-size_t ha_json_str_max(ha_json_val s);
-ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
-                                  uint8_t *out, size_t cap, size_t *out_len,
-                                  unsigned *flags);
-ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
-ha_json_status ha_json_get_f64(const uint8_t *doc, ha_json_val v, double *out);
 """
 
+
+
+def declarations(header: str, names: tuple[str, ...]) -> str:
+    """The prototypes of the functions named, copied from the header that
+    declares them, so that their signatures have one source."""
+    with open(os.path.join(CSRC, header), encoding="utf-8") as f:
+        text = f.read()
+    found = []
+    for name in names:
+        match = re.search(rf"^[a-z][\w ]*?\b{name}\([^;]*\);", text, re.M)
+        if match is None:
+            raise LookupError(f"{header} declares no {name}()")
+        found.append(match.group(0))
+    return "\n".join(found)
+
+
+STREAM_FUNCTIONS = ("ha_stream_text_size", "ha_stream_raw_size", "ha_stream_init",
+                    "ha_stream_feed", "ha_stream_close", "ha_stream_retry")
+JSON_FUNCTIONS = ("ha_json_parse", "ha_json_iter_init", "ha_json_obj_next", "ha_json_arr_next",
+                  "ha_json_obj_get", "ha_json_str_max", "ha_json_str_decode",
+                  "ha_json_get_i64", "ha_json_get_f64")
+
 ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
+ffibuilder.cdef("\n".join((CDEF, declarations("extract.h", STREAM_FUNCTIONS),
+                           declarations("json.h", JSON_FUNCTIONS))))
 ffibuilder.set_source(
     "agent.stream._core",
     '#include "extract.h"\n',
     sources=SOURCES,
     include_dirs=[CSRC],
-    extra_compile_args=["-std=c11", "-O2"],
+    # The core is one file per concern; -flto inlines across them as within
+    # one file, which it may only do for symbols kept inside the extension.
+    extra_compile_args=["-std=c11", "-O2", "-flto", "-fvisibility=hidden"],
+    extra_link_args=["-O2", "-flto"],
 )
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Bytes in, events out, no I/O and no clock. One C call per network read
 frames, scans and extracts every complete event in it; this module turns the
-records that call wrote into the event objects of agent.stream.events. The
+records that call wrote into the record objects of agent.stream.records. The
 text of all records of one call is decoded once into a single str, so a
 record's strings are slices of it (a whole-string slice is the str itself).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from agent.stream._binding import ffi, lib
-from agent.stream.events import (
+from agent.stream.records import (
     BlockStart,
     BlockStop,
     Citation,
@@ -28,8 +28,8 @@ from agent.stream.events import (
     ProviderError,
     ReasoningDelta,
     RefusalDelta,
-    SignatureDelta,
     SSEEvent,
+    SignatureDelta,
     StreamEnd,
     TextDelta,
     ToolArgsDelta,
@@ -53,6 +53,16 @@ _HEADER = struct.Struct(f"={_HDR}q")  # events, text bytes, bytes used, full
 _RECORD = struct.Struct(f"={_W}q")
 _HDR_BYTES = _HEADER.size
 _REC_BYTES = _RECORD.size
+# Record words by their header names (ha_rec_word), bound once: the hot loop
+# indexes tuples with module ints, no attribute lookup per record.
+_KIND, _INDEX, _SUB, _CODE = (lib.HA_WORD_KIND, lib.HA_WORD_INDEX, lib.HA_WORD_SUB,
+                              lib.HA_WORD_CODE)
+_S1, _S1_END, _S2, _S2_END = (lib.HA_WORD_S1, lib.HA_WORD_S1_END, lib.HA_WORD_S2,
+                              lib.HA_WORD_S2_END)
+_S3, _S3_END, _RAW, _RAW_END = (lib.HA_WORD_S3, lib.HA_WORD_S3_END, lib.HA_WORD_RAW,
+                                lib.HA_WORD_RAW_END)
+_USAGE_WORDS = (lib.HA_USAGE_INPUT, lib.HA_USAGE_OUTPUT, lib.HA_USAGE_TOTAL,
+                lib.HA_USAGE_CACHE_READ, lib.HA_USAGE_CACHE_WRITE, lib.HA_USAGE_REASONING)
 _TEXT = lib.HA_REC_TEXT
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
@@ -144,70 +154,75 @@ class StreamDecoder:
         text = self._text[0:text_len].decode("utf-8") if text_len else ""
         append = out.append
         for w in _RECORD.iter_unpack(self._recs_view[_HDR_BYTES:_HDR_BYTES + n * _REC_BYTES]):
-            kind, index, sub, _, a, b, c, d = w[:8]
+            kind = w[_KIND]
             # The common kinds first, inline: this loop is the Python hot path.
             if kind == _TEXT:
-                append(TextDelta(index, text[a:b], None if sub < 0 else sub,
-                                 None if c < 0 else text[c:d]))
+                sub, s2 = w[_SUB], w[_S2]
+                append(TextDelta(w[_INDEX], text[w[_S1]:w[_S1_END]], None if sub < 0 else sub,
+                                 None if s2 < 0 else text[s2:w[_S2_END]]))
             elif kind == _TOOL_ARGS:
-                append(ToolArgsDelta(index, None if sub < 0 else sub, text[a:b],
-                                     None if c < 0 else text[c:d]))
+                sub, s2 = w[_SUB], w[_S2]
+                append(ToolArgsDelta(w[_INDEX], None if sub < 0 else sub,
+                                     text[w[_S1]:w[_S1_END]],
+                                     None if s2 < 0 else text[s2:w[_S2_END]]))
             elif kind == _REASONING:
-                append(ReasoningDelta(index, text[a:b], None if sub < 0 else sub,
-                                      None if c < 0 else text[c:d]))
+                sub, s2 = w[_SUB], w[_S2]
+                append(ReasoningDelta(w[_INDEX], text[w[_S1]:w[_S1_END]],
+                                      None if sub < 0 else sub,
+                                      None if s2 < 0 else text[s2:w[_S2_END]]))
             elif kind == _SSE_EVENT:
-                append(SSEEvent(text[a:b], bytes(self._raw[w[10]:w[11]]),
-                                text[c:d] if w[3] else None))
+                append(SSEEvent(text[w[_S1]:w[_S1_END]], bytes(self._raw[w[_RAW]:w[_RAW_END]]),
+                                text[w[_S2]:w[_S2_END]] if w[_CODE] else None))
             else:
-                append(self._rare(kind, w, 0, text))
+                append(self._rare(kind, w, text))
 
-    def _rare(self, kind: int, w: tuple, i: int, text: str):
-        def s(k: int) -> str | None:
-            return None if w[i + k] < 0 else text[w[i + k]:w[i + k + 1]]
+    def _rare(self, kind: int, w: tuple, text: str):
+        def s(start: int) -> str | None:  # the string span that begins at word start
+            return None if w[start] < 0 else text[w[start]:w[start + 1]]
 
         def raw() -> bytes | None:
-            return None if w[i + 10] < 0 else bytes(self._raw[w[i + 10]:w[i + 11]])
+            return None if w[_RAW] < 0 else bytes(self._raw[w[_RAW]:w[_RAW_END]])
 
-        def opt(k: int) -> int | None:
-            return None if w[i + k] < 0 else w[i + k]
+        def opt(word: int) -> int | None:
+            return None if w[word] < 0 else w[word]
 
         if kind == lib.HA_REC_REFUSAL:
-            return RefusalDelta(w[i + 1], s(4), opt(2), s(6))
+            return RefusalDelta(w[_INDEX], s(_S1), opt(_SUB), s(_S2))
         if kind == lib.HA_REC_SIGNATURE:
-            return SignatureDelta(w[i + 1], s(4))
+            return SignatureDelta(w[_INDEX], s(_S1))
         if kind == lib.HA_REC_TOOL_START:
-            return ToolCallStart(w[i + 1], opt(2), s(4), s(6), s(8))
+            return ToolCallStart(w[_INDEX], opt(_SUB), s(_S1), s(_S2), s(_S3))
         if kind == lib.HA_REC_BLOCK_START:
-            unknown = w[i + 3] == 1
-            return BlockStart(w[i + 1], _ITEM_KINDS[w[i + 2]], s(4), s(6),
-                              None if unknown else s(8),
-                              s(8) if unknown else None, raw())
+            unknown = w[_CODE] == 1
+            return BlockStart(w[_INDEX], _ITEM_KINDS[w[_SUB]], s(_S1), s(_S2),
+                              None if unknown else s(_S3),
+                              s(_S3) if unknown else None, raw())
         if kind == lib.HA_REC_BLOCK_STOP:
-            return BlockStop(w[i + 1], _ITEM_KINDS.get(w[i + 2]), s(4), s(6), s(8), raw())
+            return BlockStop(w[_INDEX], _ITEM_KINDS.get(w[_SUB]), s(_S1), s(_S2), s(_S3), raw())
         if kind == lib.HA_REC_CITATION:
-            return Citation(w[i + 1], raw())
+            return Citation(w[_INDEX], raw())
         if kind == lib.HA_REC_FINISH:
-            return Finish(opt(1), _FINISH[w[i + 2]], s(4), s(6))
+            return Finish(opt(_INDEX), _FINISH[w[_SUB]], s(_S1), s(_S2))
         if kind == lib.HA_REC_USAGE:
-            return Usage(opt(4), opt(5), opt(6), opt(7), opt(8), opt(9))
+            return Usage(*map(opt, _USAGE_WORDS))
         if kind == lib.HA_REC_META:
-            return Meta(s(4), s(6))
+            return Meta(s(_S1), s(_S2))
         if kind == lib.HA_REC_ERROR:
-            return ProviderError(s(4), s(6), raw())
+            return ProviderError(s(_S1), s(_S2), raw())
         if kind == lib.HA_REC_END:
-            return StreamEnd(_END_SENTINELS[w[i + 3]])
+            return StreamEnd(_END_SENTINELS[w[_CODE]])
         if kind == lib.HA_REC_WARNING:
-            return DecodeWarning(_WARNINGS[w[i + 3]], s(4), raw(),
-                                 None if w[i + 2] < 0 else _JSON_STATUS[w[i + 2]],
-                                 opt(1))
+            return DecodeWarning(_WARNINGS[w[_CODE]], s(_S1), raw(),
+                                 None if w[_SUB] < 0 else _JSON_STATUS[w[_SUB]],
+                                 opt(_INDEX))
         if kind == lib.HA_REC_FRAMING_ERROR:
-            return FramingError(_FRAMING[w[i + 3]], w[i + 1])
+            return FramingError(_FRAMING[w[_CODE]], w[_INDEX])
         if kind == lib.HA_REC_TAIL:
-            flags = w[i + 3]
+            flags = w[_CODE]
             return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),
                              bool(flags & lib.HA_SSE_TAIL_PARTIAL_LINE),
                              bool(flags & lib.HA_SSE_TAIL_INCOMPLETE_UTF8),
-                             w[i + 1])
+                             w[_INDEX])
         if kind == lib.HA_REC_UNKNOWN_FIELD:
-            return UnknownField(s(4), raw() or b"", w[i + 1])
+            return UnknownField(s(_S1), raw() or b"", w[_INDEX])
         raise AssertionError(f"stream core wrote an unknown record kind {kind}")

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from agent.stream._binding import ffi, lib
-from agent.stream.events import JSONStatus
+from agent.stream.records import JSONStatus
 
 MAX_DEPTH = lib.HA_JSON_MAX_DEPTH
 FLAG_BAD_UTF8 = lib.HA_JSON_FLAG_BAD_UTF8

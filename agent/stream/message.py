@@ -12,7 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.stream.events import Usage
+from agent.stream.jsonscan import JSONError, loads
+from agent.stream.records import Usage
 
 
 class FinishReason(enum.Enum):
@@ -129,8 +130,6 @@ def parse_arguments(call: ToolCall) -> None:
     """Parse a complete call's argument string once, with the strict scanner.
     Empty arguments mean no arguments: {} (Anthropic's input_json may send
     nothing at all for a tool without parameters)."""
-    from agent.stream.jsonscan import JSONError, loads
-
     if not call.arguments.strip():
         call.parsed = {}
         return

@@ -81,16 +81,18 @@ static void check_call(run *r, size_t n)
         __builtin_trap();
     for (size_t i = 0; i < n; i++) {
         const int64_t *w = r->recs + HA_REC_HEADER + i * HA_REC_WORDS;
-        if (w[0] < HA_REC_SSE_EVENT || w[0] > HA_REC_UNKNOWN_FIELD)
+        if (w[HA_WORD_KIND] < HA_REC_SSE_EVENT || w[HA_WORD_KIND] > HA_REC_UNKNOWN_FIELD)
             __builtin_trap();
-        if (w[0] != HA_REC_USAGE)
-            for (int s = 4; s <= 8; s += 2)
+        if (w[HA_WORD_KIND] != HA_REC_USAGE)
+            for (int s = HA_WORD_S1; s <= HA_WORD_S3; s += 2)
                 if (w[s] != -1 && (w[s] > w[s + 1] || byte_of(r->text, text_len, w[s + 1]) > text_len))
                     __builtin_trap();
-        if (w[0] != HA_REC_USAGE && w[10] != -1 && (w[10] > w[11] || w[11] > (int64_t)sizeof r->raw))
+        if (w[HA_WORD_KIND] != HA_REC_USAGE && w[HA_WORD_RAW] != -1 &&
+            (w[HA_WORD_RAW] > w[HA_WORD_RAW_END] || w[HA_WORD_RAW_END] > (int64_t)sizeof r->raw))
             __builtin_trap();
-        if (w[0] == HA_REC_TEXT) {
-            size_t a = byte_of(r->text, text_len, w[4]), b = byte_of(r->text, text_len, w[5]);
+        if (w[HA_WORD_KIND] == HA_REC_TEXT) {
+            size_t a = byte_of(r->text, text_len, w[HA_WORD_S1]);
+            size_t b = byte_of(r->text, text_len, w[HA_WORD_S1_END]);
             if (r->out_len + (b - a) > MAX_TEXT)
                 __builtin_trap(); /* inputs are far smaller than this */
             memcpy(r->out + r->out_len, r->text + a, b - a);

@@ -68,8 +68,8 @@ static int span_is(const fixture *f, size_t i, int w, const char *want)
 static int raw_is(const fixture *f, size_t i, const char *want)
 {
     const int64_t *r = rec(f, i);
-    size_t n = (size_t)(r[11] - r[10]);
-    return r[10] >= 0 && n == strlen(want) && memcmp(f->raw + r[10], want, n) == 0;
+    size_t n = (size_t)(r[HA_WORD_RAW_END] - r[HA_WORD_RAW]);
+    return r[HA_WORD_RAW] >= 0 && n == strlen(want) && memcmp(f->raw + r[HA_WORD_RAW], want, n) == 0;
 }
 
 static void test_chat_text_and_coalescing(check_counts *c)
@@ -80,12 +80,12 @@ static void test_chat_text_and_coalescing(check_counts *c)
             "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u4f60\"}}]}\n\n");
     CHECK(c, f->n == 2);
     CHECK(c, f->recs[HA_HDR_EVENTS] == 3);
-    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "c1") && span_is(f, 0, 6, "m"));
-    CHECK(c, rec(f, 1)[0] == HA_REC_TEXT && rec(f, 1)[1] == 0 && span_is(f, 1, 4, "Hello \xe4\xbd\xa0"));
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_META && span_is(f, 0, HA_WORD_S1, "c1") && span_is(f, 0, HA_WORD_S2, "m"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_TEXT && rec(f, 1)[HA_WORD_INDEX] == 0 && span_is(f, 1, HA_WORD_S1, "Hello \xe4\xbd\xa0"));
     /* same id and model next call: no META; a text piece of another choice
        is a record of its own */
     feed(f, "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"}},{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[1] == 1 && rec(f, 1)[1] == 0 && span_is(f, 1, 4, "b"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_INDEX] == 1 && rec(f, 1)[HA_WORD_INDEX] == 0 && span_is(f, 1, HA_WORD_S1, "b"));
     free(f);
 }
 
@@ -100,17 +100,17 @@ static void test_chat_tools_finish_usage_done(check_counts *c)
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n\n"
             "data: [DONE]\n\n");
     CHECK(c, f->n == 5);
-    CHECK(c, rec(f, 0)[0] == HA_REC_TOOL_START && rec(f, 0)[2] == 0 && span_is(f, 0, 4, "call_1") &&
-                 span_is(f, 0, 6, "get") && span_is(f, 0, 8, "function"));
-    CHECK(c, rec(f, 1)[0] == HA_REC_TOOL_ARGS && span_is(f, 1, 4, "{\"a\":1}"));
-    CHECK(c, rec(f, 2)[0] == HA_REC_FINISH && rec(f, 2)[1] == 0 && span_is(f, 2, 4, "tool_calls"));
-    CHECK(c, rec(f, 3)[0] == HA_REC_USAGE && rec(f, 3)[HA_USAGE_INPUT] == 5 &&
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_TOOL_START && rec(f, 0)[HA_WORD_SUB] == 0 && span_is(f, 0, HA_WORD_S1, "call_1") &&
+                 span_is(f, 0, HA_WORD_S2, "get") && span_is(f, 0, HA_WORD_S3, "function"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && span_is(f, 1, HA_WORD_S1, "{\"a\":1}"));
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_FINISH && rec(f, 2)[HA_WORD_INDEX] == 0 && span_is(f, 2, HA_WORD_S1, "tool_calls"));
+    CHECK(c, rec(f, 3)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 3)[HA_USAGE_INPUT] == 5 &&
                  rec(f, 3)[HA_USAGE_OUTPUT] == 7 && rec(f, 3)[HA_USAGE_TOTAL] == 12 &&
                  rec(f, 3)[HA_USAGE_CACHE_READ] == 2 && rec(f, 3)[HA_USAGE_REASONING] == -1);
-    CHECK(c, rec(f, 4)[0] == HA_REC_END && rec(f, 4)[3] == 0);
+    CHECK(c, rec(f, 4)[HA_WORD_KIND] == HA_REC_END && rec(f, 4)[HA_WORD_CODE] == 0);
     /* a tool call without index (Ollama) keeps sub = -1 */
     feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"x\",\"function\":{\"name\":\"n\",\"arguments\":\"{}\"}}]}}]}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[2] == -1 && rec(f, 1)[0] == HA_REC_TOOL_ARGS && rec(f, 1)[2] == -1);
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_SUB] == -1 && rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && rec(f, 1)[HA_WORD_SUB] == -1);
     free(f);
 }
 
@@ -118,34 +118,34 @@ static void test_chat_errors_and_warnings(check_counts *c)
 {
     fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 64);
     feed(f, "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "server_error") &&
-                 span_is(f, 0, 6, "overloaded") &&
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_ERROR && span_is(f, 0, HA_WORD_S1, "server_error") &&
+                 span_is(f, 0, HA_WORD_S2, "overloaded") &&
                  raw_is(f, 0, "{\"message\":\"overloaded\",\"type\":\"server_error\"}"));
     /* falsy errors are no errors */
     feed(f, "data: {\"error\":false,\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
             "data: {\"error\":{ },\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_TEXT && span_is(f, 0, 4, "xy"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_TEXT && span_is(f, 0, HA_WORD_S1, "xy"));
     /* a duplicate key in a delta: the last wins; reasoning mirrored into
        both field names is taken once; records in reading order */
     feed(f, "data: {\"choices\":[{\"delta\":{\"content\":\"A\",\"reasoning\":\"t\",\"reasoning_content\":\"t\",\"content\":\"B\"}}]}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[0] == HA_REC_REASONING && span_is(f, 0, 4, "t") &&
-                 rec(f, 1)[0] == HA_REC_TEXT && span_is(f, 1, 4, "B"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_KIND] == HA_REC_REASONING && span_is(f, 0, HA_WORD_S1, "t") &&
+                 rec(f, 1)[HA_WORD_KIND] == HA_REC_TEXT && span_is(f, 1, HA_WORD_S1, "B"));
     /* an empty tool call id or name is none */
     feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"\",\"function\":{\"name\":\"\"}}]}}]}\n\n");
     CHECK(c, f->n == 0);
     feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_WARNING && rec(f, 0)[3] == HA_WARN_FIELD_TYPE &&
-                 span_is(f, 0, 4, "choices[].delta.content"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_WARNING && rec(f, 0)[HA_WORD_CODE] == HA_WARN_FIELD_TYPE &&
+                 span_is(f, 0, HA_WORD_S1, "choices[].delta.content"));
     feed(f, "data: {\"choices\":[1,]}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_BAD_JSON && rec(f, 0)[2] == HA_JSON_ERR_SYNTAX &&
-                 rec(f, 0)[1] == 14 && raw_is(f, 0, "{\"choices\":[1,]}"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 0)[HA_WORD_SUB] == HA_JSON_ERR_SYNTAX &&
+                 rec(f, 0)[HA_WORD_INDEX] == 14 && raw_is(f, 0, "{\"choices\":[1,]}"));
     feed(f, "data: [1]\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_NOT_OBJECT);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_NOT_OBJECT);
     feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\xff\"}}]}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_REPLACED_UTF8 && rec(f, 1)[0] == HA_REC_TEXT &&
-                 span_is(f, 1, 4, "a\xef\xbf\xbd"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_REPLACED_UTF8 && rec(f, 1)[HA_WORD_KIND] == HA_REC_TEXT &&
+                 span_is(f, 1, HA_WORD_S1, "a\xef\xbf\xbd"));
     feed(f, "error: {\"message\":\"old llama.cpp\"}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_UNKNOWN_FIELD && span_is(f, 0, 4, "error") &&
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_UNKNOWN_FIELD && span_is(f, 0, HA_WORD_S1, "error") &&
                  raw_is(f, 0, "{\"message\":\"old llama.cpp\"}"));
     free(f);
 }
@@ -165,30 +165,30 @@ static void test_anthropic(check_counts *c)
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":65}}\n\n"
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
     CHECK(c, f->n == 11);
-    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "msg_1") && span_is(f, 0, 6, "claude"));
-    CHECK(c, rec(f, 1)[0] == HA_REC_USAGE && rec(f, 1)[HA_USAGE_INPUT] == 9);
-    CHECK(c, rec(f, 2)[0] == HA_REC_BLOCK_START && rec(f, 2)[2] == HA_ITEM_TEXT);
-    CHECK(c, rec(f, 3)[0] == HA_REC_TEXT && span_is(f, 3, 4, "Hi"));
-    CHECK(c, rec(f, 4)[0] == HA_REC_BLOCK_STOP && rec(f, 4)[1] == 0);
-    CHECK(c, rec(f, 5)[0] == HA_REC_BLOCK_START && rec(f, 5)[2] == HA_ITEM_TOOL_USE &&
-                 span_is(f, 5, 4, "toolu_1") && span_is(f, 5, 6, "get"));
-    CHECK(c, rec(f, 6)[0] == HA_REC_TOOL_ARGS && span_is(f, 6, 4, "{}"));
-    CHECK(c, rec(f, 7)[0] == HA_REC_WARNING && rec(f, 7)[3] == HA_WARN_UNKNOWN_DELTA);
-    CHECK(c, rec(f, 8)[0] == HA_REC_FINISH && span_is(f, 8, 4, "tool_use") && span_is(f, 8, 6, NULL));
-    CHECK(c, rec(f, 9)[0] == HA_REC_USAGE && rec(f, 9)[HA_USAGE_OUTPUT] == 65);
-    CHECK(c, rec(f, 10)[0] == HA_REC_END && rec(f, 10)[3] == 1);
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_META && span_is(f, 0, HA_WORD_S1, "msg_1") && span_is(f, 0, HA_WORD_S2, "claude"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 1)[HA_USAGE_INPUT] == 9);
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_BLOCK_START && rec(f, 2)[HA_WORD_SUB] == HA_ITEM_TEXT);
+    CHECK(c, rec(f, 3)[HA_WORD_KIND] == HA_REC_TEXT && span_is(f, 3, HA_WORD_S1, "Hi"));
+    CHECK(c, rec(f, 4)[HA_WORD_KIND] == HA_REC_BLOCK_STOP && rec(f, 4)[HA_WORD_INDEX] == 0);
+    CHECK(c, rec(f, 5)[HA_WORD_KIND] == HA_REC_BLOCK_START && rec(f, 5)[HA_WORD_SUB] == HA_ITEM_TOOL_USE &&
+                 span_is(f, 5, HA_WORD_S1, "toolu_1") && span_is(f, 5, HA_WORD_S2, "get"));
+    CHECK(c, rec(f, 6)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && span_is(f, 6, HA_WORD_S1, "{}"));
+    CHECK(c, rec(f, 7)[HA_WORD_KIND] == HA_REC_WARNING && rec(f, 7)[HA_WORD_CODE] == HA_WARN_UNKNOWN_DELTA);
+    CHECK(c, rec(f, 8)[HA_WORD_KIND] == HA_REC_FINISH && span_is(f, 8, HA_WORD_S1, "tool_use") && span_is(f, 8, HA_WORD_S2, NULL));
+    CHECK(c, rec(f, 9)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 9)[HA_USAGE_OUTPUT] == 65);
+    CHECK(c, rec(f, 10)[HA_WORD_KIND] == HA_REC_END && rec(f, 10)[HA_WORD_CODE] == 1);
     /* thinking text merges within a read; a signature never does */
     feed(f, "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}}\n\n"
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"a\"}}\n\n"
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"b\"}}\n\n"
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"Sig1\"}}\n\n"
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"Sig2\"}}\n\n");
-    CHECK(c, f->n == 4 && rec(f, 0)[2] == HA_ITEM_THINKING && rec(f, 1)[0] == HA_REC_REASONING &&
-                 span_is(f, 1, 4, "ab") && rec(f, 2)[0] == HA_REC_SIGNATURE && span_is(f, 2, 4, "Sig1") &&
-                 rec(f, 3)[0] == HA_REC_SIGNATURE && span_is(f, 3, 4, "Sig2"));
+    CHECK(c, f->n == 4 && rec(f, 0)[HA_WORD_SUB] == HA_ITEM_THINKING && rec(f, 1)[HA_WORD_KIND] == HA_REC_REASONING &&
+                 span_is(f, 1, HA_WORD_S1, "ab") && rec(f, 2)[HA_WORD_KIND] == HA_REC_SIGNATURE && span_is(f, 2, HA_WORD_S1, "Sig1") &&
+                 rec(f, 3)[HA_WORD_KIND] == HA_REC_SIGNATURE && span_is(f, 3, HA_WORD_S1, "Sig2"));
     feed(f, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "overloaded_error") &&
-                 span_is(f, 0, 6, "Overloaded"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_ERROR && span_is(f, 0, HA_WORD_S1, "overloaded_error") &&
+                 span_is(f, 0, HA_WORD_S2, "Overloaded"));
     free(f);
 }
 
@@ -204,17 +204,17 @@ static void test_responses(check_counts *c)
             "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"total_tokens\":7,\"output_tokens_details\":{\"reasoning_tokens\":1}}}}\n\n"
             "event: response.new_thing\ndata: {\"type\":\"response.new_thing\"}\n\n");
     CHECK(c, f->n == 8);
-    CHECK(c, rec(f, 0)[0] == HA_REC_META && span_is(f, 0, 4, "resp_1"));
-    CHECK(c, rec(f, 1)[0] == HA_REC_BLOCK_START && rec(f, 1)[2] == HA_ITEM_TOOL_USE &&
-                 span_is(f, 1, 4, "call_9") && span_is(f, 1, 6, "get") && span_is(f, 1, 8, "fc_1"));
-    CHECK(c, rec(f, 2)[0] == HA_REC_TOOL_ARGS && span_is(f, 2, 4, "{\"x\":2}") && span_is(f, 2, 6, "fc_1"));
-    CHECK(c, rec(f, 3)[0] == HA_REC_TEXT && rec(f, 3)[1] == 1 && rec(f, 3)[2] == 0 &&
-                 span_is(f, 3, 4, "ok") && span_is(f, 3, 6, "msg_2"));
-    CHECK(c, rec(f, 4)[0] == HA_REC_BLOCK_STOP && span_is(f, 4, 6, "{\"x\":2}") && span_is(f, 4, 8, "fc_1"));
-    CHECK(c, rec(f, 5)[0] == HA_REC_USAGE && rec(f, 5)[HA_USAGE_TOTAL] == 7 && rec(f, 5)[HA_USAGE_REASONING] == 1);
-    CHECK(c, rec(f, 6)[0] == HA_REC_FINISH && rec(f, 6)[2] == HA_FINISH_INCOMPLETE &&
-                 span_is(f, 6, 4, "max_output_tokens"));
-    CHECK(c, rec(f, 7)[0] == HA_REC_WARNING && rec(f, 7)[3] == HA_WARN_UNKNOWN_EVENT);
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_META && span_is(f, 0, HA_WORD_S1, "resp_1"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_BLOCK_START && rec(f, 1)[HA_WORD_SUB] == HA_ITEM_TOOL_USE &&
+                 span_is(f, 1, HA_WORD_S1, "call_9") && span_is(f, 1, HA_WORD_S2, "get") && span_is(f, 1, HA_WORD_S3, "fc_1"));
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && span_is(f, 2, HA_WORD_S1, "{\"x\":2}") && span_is(f, 2, HA_WORD_S2, "fc_1"));
+    CHECK(c, rec(f, 3)[HA_WORD_KIND] == HA_REC_TEXT && rec(f, 3)[HA_WORD_INDEX] == 1 && rec(f, 3)[HA_WORD_SUB] == 0 &&
+                 span_is(f, 3, HA_WORD_S1, "ok") && span_is(f, 3, HA_WORD_S2, "msg_2"));
+    CHECK(c, rec(f, 4)[HA_WORD_KIND] == HA_REC_BLOCK_STOP && span_is(f, 4, HA_WORD_S2, "{\"x\":2}") && span_is(f, 4, HA_WORD_S3, "fc_1"));
+    CHECK(c, rec(f, 5)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 5)[HA_USAGE_TOTAL] == 7 && rec(f, 5)[HA_USAGE_REASONING] == 1);
+    CHECK(c, rec(f, 6)[HA_WORD_KIND] == HA_REC_FINISH && rec(f, 6)[HA_WORD_SUB] == HA_FINISH_INCOMPLETE &&
+                 span_is(f, 6, HA_WORD_S1, "max_output_tokens"));
+    CHECK(c, rec(f, 7)[HA_WORD_KIND] == HA_REC_WARNING && rec(f, 7)[HA_WORD_CODE] == HA_WARN_UNKNOWN_EVENT);
     free(f);
 }
 
@@ -222,30 +222,30 @@ static void test_required_fields_and_type_names(check_counts *c)
 {
     fixture *f = open_stream(HA_PROTO_ANTHROPIC, 64);
     feed(f, "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\"}}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_MISSING_FIELD && span_is(f, 0, 4, "delta.text"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_MISSING_FIELD && span_is(f, 0, HA_WORD_S1, "delta.text"));
     feed(f, "data: {\"type\":\"content_block_start\",\"index\":0,\"message\":null,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_BLOCK_START);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_BLOCK_START);
     feed(f, "data: {\"type\":\"content_block_stop\"}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[3] == HA_WARN_MISSING_FIELD && span_is(f, 0, 4, "index"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_MISSING_FIELD && span_is(f, 0, HA_WORD_S1, "index"));
     feed(f, "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"new_delta\"}}\n\n"
             "data: {\"type\":\"new_event\"}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_UNKNOWN_DELTA && span_is(f, 0, 4, "new_delta") &&
-                 rec(f, 1)[3] == HA_WARN_UNKNOWN_EVENT && span_is(f, 1, 4, "new_event"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_UNKNOWN_DELTA && span_is(f, 0, HA_WORD_S1, "new_delta") &&
+                 rec(f, 1)[HA_WORD_CODE] == HA_WARN_UNKNOWN_EVENT && span_is(f, 1, HA_WORD_S1, "new_event"));
     free(f);
 
     f = open_stream(HA_PROTO_OPENAI_RESPONSES, 64);
     /* the event type says how the response ended, whatever its body */
     feed(f, "data: {\"type\":\"response.completed\",\"response\":42}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_FIELD_TYPE && rec(f, 1)[0] == HA_REC_FINISH &&
-                 rec(f, 1)[2] == HA_FINISH_COMPLETED && span_is(f, 1, 4, "completed"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_FIELD_TYPE && rec(f, 1)[HA_WORD_KIND] == HA_REC_FINISH &&
+                 rec(f, 1)[HA_WORD_SUB] == HA_FINISH_COMPLETED && span_is(f, 1, HA_WORD_S1, "completed"));
     feed(f, "data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":3}}}\n\n");
-    CHECK(c, f->n == 2 && rec(f, 0)[3] == HA_WARN_FIELD_TYPE &&
-                 span_is(f, 0, 4, "response.incomplete_details.reason") &&
-                 rec(f, 1)[0] == HA_REC_FINISH && span_is(f, 1, 4, "incomplete"));
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_FIELD_TYPE &&
+                 span_is(f, 0, HA_WORD_S1, "response.incomplete_details.reason") &&
+                 rec(f, 1)[HA_WORD_KIND] == HA_REC_FINISH && span_is(f, 1, HA_WORD_S1, "incomplete"));
     /* a flat error event: its code is the type */
     feed(f, "data: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"m\"}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_ERROR && span_is(f, 0, 4, "rate_limit_exceeded") &&
-                 span_is(f, 0, 6, "m"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_ERROR && span_is(f, 0, HA_WORD_S1, "rate_limit_exceeded") &&
+                 span_is(f, 0, HA_WORD_S2, "m"));
     free(f);
 }
 
@@ -259,19 +259,19 @@ static void test_output_full_is_a_transaction(check_counts *c)
                     "data: [DONE]\n\n";
     size_t len = strlen(s);
     f->n = ha_stream_feed(&f->st, (const uint8_t *)s, len);
-    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, 4, "a") && span_is(f, 1, 4, "b"));
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, HA_WORD_S1, "a") && span_is(f, 1, HA_WORD_S1, "b"));
     size_t used = (size_t)f->recs[HA_HDR_CONSUMED];
     f->n = ha_stream_feed(&f->st, (const uint8_t *)s + used, len - used);
-    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, 4, "c") && span_is(f, 1, 4, "d"));
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && span_is(f, 0, HA_WORD_S1, "c") && span_is(f, 1, HA_WORD_S1, "d"));
     used += (size_t)f->recs[HA_HDR_CONSUMED];
     f->n = ha_stream_feed(&f->st, (const uint8_t *)s + used, len - used);
-    CHECK(c, f->n == 1 && f->recs[HA_HDR_FULL] == 0 && rec(f, 0)[0] == HA_REC_END);
+    CHECK(c, f->n == 1 && f->recs[HA_HDR_FULL] == 0 && rec(f, 0)[HA_WORD_KIND] == HA_REC_END);
     free(f);
 
     /* an event that cannot fit even alone is reported, not looped on */
     f = open_stream(HA_PROTO_OPENAI_CHAT, 1);
     feed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"c\"}},{\"index\":1,\"delta\":{\"content\":\"d\"}}]}\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_FRAMING_ERROR && rec(f, 0)[3] == HA_ERR_OUTPUT_TOO_LARGE);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR && rec(f, 0)[HA_WORD_CODE] == HA_ERR_OUTPUT_TOO_LARGE);
     free(f);
 }
 
@@ -279,21 +279,21 @@ static void test_framing_records_and_tail(check_counts *c)
 {
     fixture *f = open_stream(HA_PROTO_SSE, 64);
     feed(f, "\xef\xbb\xbfid: 7\nevent: note\ndata: x\ndata: y\n\n");
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_SSE_EVENT && rec(f, 0)[3] == 1 &&
-                 span_is(f, 0, 4, "note") && span_is(f, 0, 6, "7") && raw_is(f, 0, "x\ny"));
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_SSE_EVENT && rec(f, 0)[HA_WORD_CODE] == 1 &&
+                 span_is(f, 0, HA_WORD_S1, "note") && span_is(f, 0, HA_WORD_S2, "7") && raw_is(f, 0, "x\ny"));
     char *big = malloc(SSE_CAP + 64);
     memcpy(big, "data: ", 6);
     memset(big + 6, 'z', SSE_CAP + 8);
     memcpy(big + SSE_CAP + 14, "\n\n", 3);
     feed(f, big);
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_FRAMING_ERROR && rec(f, 0)[3] == HA_ERR_EVENT_TOO_LARGE);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR && rec(f, 0)[HA_WORD_CODE] == HA_ERR_EVENT_TOO_LARGE);
     free(big);
     feed(f, "data: after\n\ndata: cut");
     CHECK(c, f->n == 1 && raw_is(f, 0, "after"));
     f->n = ha_stream_close(&f->st);
-    CHECK(c, f->n == 1 && rec(f, 0)[0] == HA_REC_TAIL &&
-                 rec(f, 0)[3] == (HA_SSE_TAIL_UNTERMINATED_EVENT | HA_SSE_TAIL_PARTIAL_LINE) &&
-                 rec(f, 0)[1] == 3);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_TAIL &&
+                 rec(f, 0)[HA_WORD_CODE] == (HA_SSE_TAIL_UNTERMINATED_EVENT | HA_SSE_TAIL_PARTIAL_LINE) &&
+                 rec(f, 0)[HA_WORD_INDEX] == 3);
     free(f);
 }
 

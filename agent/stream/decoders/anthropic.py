@@ -25,14 +25,15 @@ Out of the ordinary, and what happens (docs/truth-table-anthropic.md):
 
 Events out: TextDelta and ReasoningDelta (the core's objects), Citation (the
 core's; parsed into Message.citations, in block order, then arrival order),
-ToolCallStarted, ToolCallDelta, ToolCallDone, Finished, Usage, and the core's
+ToolCallOpened, ToolCallDelta, ToolCallDone, MessageFinished, Usage, and the core's
 ProviderError, DecodeWarning, FramingError, Truncated and UnknownField.
 Signatures and Meta only feed the Message.
 """
 
 from __future__ import annotations
 
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders.base import (
     CallBuilder,
     OtherPart,
@@ -41,7 +42,7 @@ from agent.stream.decoders.base import (
     ThinkingBuilder,
     build_message,
 )
-from agent.stream.events import ItemKind, Protocol, WarningCode
+from agent.stream.records import ItemKind, Protocol, WarningCode
 from agent.stream.jsonscan import JSONError, loads
 from agent.stream.message import ArgumentsError, Message, merge_usage, normalise_finish
 
@@ -49,10 +50,10 @@ _TRUNCATED_DETAIL = "max_tokens cut the call's arguments off"
 _CUT_DETAIL = "the stream ended before the call's arguments did"
 
 _DELTA_NAME = {
-    ev.TextDelta: "text_delta",
-    ev.ReasoningDelta: "thinking_delta",
-    ev.SignatureDelta: "signature_delta",
-    ev.ToolArgsDelta: "input_json_delta",
+    rec.TextDelta: "text_delta",
+    rec.ReasoningDelta: "thinking_delta",
+    rec.SignatureDelta: "signature_delta",
+    rec.ToolArgsDelta: "input_json_delta",
 }
 _START_BUILDER = {
     ItemKind.TEXT: TextBuilder,
@@ -81,7 +82,7 @@ class AnthropicDecoder(ProviderDecoder):
         self._held: list[CallBuilder] = []     # stopped, arguments did not parse
         self._msg = Message()
         self._citations: dict[int, list] = {}  # block index -> parsed citations
-        self._usage: ev.Usage | None = None
+        self._usage: rec.Usage | None = None
         self._stop_reason: str | None = None
 
     @property
@@ -102,38 +103,38 @@ class AnthropicDecoder(ProviderDecoder):
             kind = type(e)
             if self._ended and self._after_end(e, out):
                 continue
-            if kind is ev.TextDelta:
+            if kind is rec.TextDelta:
                 b = self._block(e, TextBuilder, out)
                 if b is not None:
                     b.pieces.append(e.text)
                     append(e)
-            elif kind is ev.ToolArgsDelta:
+            elif kind is rec.ToolArgsDelta:
                 self._args(e, out)
-            elif kind is ev.ReasoningDelta:
+            elif kind is rec.ReasoningDelta:
                 b = self._block(e, ThinkingBuilder, out)
                 if b is not None:
                     b.pieces.append(e.text)
                     append(e)
-            elif kind is ev.SignatureDelta:
+            elif kind is rec.SignatureDelta:
                 b = self._block(e, ThinkingBuilder, out)
                 if b is not None:
                     b.signature = e.signature  # a later one replaces it
-            elif kind is ev.BlockStart:
+            elif kind is rec.BlockStart:
                 self._start(e, out)
-            elif kind is ev.BlockStop:
+            elif kind is rec.BlockStop:
                 self._stop(e, out)
-            elif kind is ev.Citation:
+            elif kind is rec.Citation:
                 self._citation(e, out)
-            elif kind is ev.Usage:
+            elif kind is rec.Usage:
                 self._usage = merge_usage(self._usage, e)
                 append(e)
-            elif kind is ev.Meta:
+            elif kind is rec.Meta:
                 m = self._msg
                 m.id = e.id if e.id is not None else m.id
                 m.model = e.model if e.model is not None else m.model
-            elif kind is ev.Finish:
+            elif kind is rec.Finish:
                 self._finish(e, out)
-            elif kind is ev.StreamEnd:
+            elif kind is rec.StreamEnd:
                 self._ended = True
                 self._complete_calls(out, truncated=self._stop_reason == "max_tokens")
             else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
@@ -142,14 +143,14 @@ class AnthropicDecoder(ProviderDecoder):
     # ---- blocks ----
 
     def _warn(self, out: list, detail: str, code: WarningCode = WarningCode.UNKNOWN_BLOCK) -> None:
-        out.append(ev.DecodeWarning(code, detail, None))
+        out.append(rec.DecodeWarning(code, detail, None))
 
     def _new_call(self, index: int, call_id: str | None, name: str | None,
                   out: list) -> CallBuilder:
         call = CallBuilder(len(self._calls), call_id, name)
         self._calls.append(call)
         self._blocks[index] = call
-        out.append(ev.ToolCallStarted(call.call, call.id, call.name))
+        out.append(ev.ToolCallOpened(call.call, call.id, call.name))
         return call
 
     def _block(self, e, want: type, out: list):
@@ -171,7 +172,7 @@ class AnthropicDecoder(ProviderDecoder):
             return None
         return b
 
-    def _start(self, e: ev.BlockStart, out: list) -> None:
+    def _start(self, e: rec.BlockStart, out: list) -> None:
         old = self._blocks.get(e.index)
         if old is not None:
             # A repeated start. A block made by an early delta takes a start
@@ -206,9 +207,9 @@ class AnthropicDecoder(ProviderDecoder):
             self._new_call(e.index, e.call_id, e.name, out)
         else:
             self._blocks[e.index] = OtherPart(e.unknown_type, e.raw)
-            out.append(ev.DecodeWarning(WarningCode.UNKNOWN_ITEM_TYPE, e.unknown_type, e.raw))
+            out.append(rec.DecodeWarning(WarningCode.UNKNOWN_ITEM_TYPE, e.unknown_type, e.raw))
 
-    def _args(self, e: ev.ToolArgsDelta, out: list) -> None:
+    def _args(self, e: rec.ToolArgsDelta, out: list) -> None:
         call = self._block(e, CallBuilder, out)
         if call is None:
             return
@@ -219,7 +220,7 @@ class AnthropicDecoder(ProviderDecoder):
         call.pieces.append(e.text)
         out.append(ev.ToolCallDelta(call.call, e.text))
 
-    def _stop(self, e: ev.BlockStop, out: list) -> None:
+    def _stop(self, e: rec.BlockStop, out: list) -> None:
         b = self._blocks.get(e.index)
         if b is None:
             self._warn(out, f"content_block_stop for block {e.index}, never started")
@@ -235,27 +236,27 @@ class AnthropicDecoder(ProviderDecoder):
             else:
                 out.append(ev.ToolCallDone(b.call, call))
 
-    def _citation(self, e: ev.Citation, out: list) -> None:
+    def _citation(self, e: rec.Citation, out: list) -> None:
         if e.index not in self._blocks:
             self._warn(out, f"citations_delta for block {e.index}, never started: citation kept")
         try:
             value = loads(e.raw or b"")
         except JSONError as exc:  # the core checked it: not expected
-            out.append(ev.DecodeWarning(WarningCode.BAD_JSON, f"citation: {exc}", e.raw))
+            out.append(rec.DecodeWarning(WarningCode.BAD_JSON, f"citation: {exc}", e.raw))
             return
         self._citations.setdefault(e.index, []).append(value)
         out.append(e)
 
     # ---- the end ----
 
-    def _finish(self, e: ev.Finish, out: list) -> None:
+    def _finish(self, e: rec.Finish, out: list) -> None:
         m = self._msg
         m.finish_reason = normalise_finish(e.reason)
         m.raw_finish_reason = e.reason
         m.stop_sequence = e.stop_sequence
         self._stop_reason = e.reason
         self._complete_calls(out, truncated=e.reason == "max_tokens")
-        out.append(ev.Finished(m.finish_reason, e.reason))
+        out.append(ev.MessageFinished(m.finish_reason, e.reason))
 
     def _complete_calls(self, out: list, truncated: bool) -> None:
         """Done every call not yet reported: open ones are parsed now; those

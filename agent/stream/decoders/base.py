@@ -6,7 +6,7 @@ close() -> events, never raising on bad input. It passes the core's events
 through when they mean the same for every protocol (text, reasoning,
 usage, errors, warnings) and turns the protocol-specific ones (blocks,
 items, tool-call pieces, finish records) into the common events of
-agent.stream.events, while building the final Message.
+agent.stream.decoders.events, while building the final Message.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
-from agent.stream.events import (
-    DecodeWarning,
-    Protocol,
-    StreamIncomplete,
-    ToolCallDone,
-    WarningCode,
-)
+from agent.stream.records import DecodeWarning, Protocol, WarningCode
+from agent.stream.decoders.events import MessageIncomplete, ToolCallDone
 from agent.stream.message import (
     ArgumentsError,
     Message,
@@ -111,7 +106,7 @@ class ProviderDecoder:
     _truncate(out), which closes what an early end of body left open."""
 
     PROTOCOL: Protocol
-    END: str  # what the protocol's end looks like, for StreamIncomplete
+    END: str  # what the protocol's end looks like, for MessageIncomplete
 
     def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
         self._core = StreamDecoder(self.PROTOCOL, buffer_size)
@@ -132,7 +127,7 @@ class ProviderDecoder:
         self._handle(self._core.close(), out)
         if not self._ended:
             self._truncate(out)
-            out.append(StreamIncomplete(f"the stream ended without {self.END}"))
+            out.append(MessageIncomplete(f"the stream ended without {self.END}"))
         return out
 
     def _after_end(self, event, out: list) -> bool:

@@ -11,7 +11,8 @@ finish_reason or at [DONE].
 
 from __future__ import annotations
 
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders.base import (
     CallBuilder,
     ProviderDecoder,
@@ -19,7 +20,7 @@ from agent.stream.decoders.base import (
     ThinkingBuilder,
     build_message,
 )
-from agent.stream.events import Protocol
+from agent.stream.records import Protocol
 from agent.stream.message import Message, merge_usage, normalise_finish
 
 
@@ -74,34 +75,34 @@ class OpenAIChatDecoder(ProviderDecoder):
             kind = type(e)
             if self._ended and self._after_end(e, out):
                 continue
-            if kind is ev.TextDelta:
+            if kind is rec.TextDelta:
                 parts = self._choice(e.index).parts
                 if not parts or type(parts[-1]) is not TextBuilder:
                     parts.append(TextBuilder())
                 parts[-1].pieces.append(e.text)
                 append(e)
-            elif kind is ev.ToolArgsDelta:
+            elif kind is rec.ToolArgsDelta:
                 self._args(e, out)
-            elif kind is ev.ToolCallStart:
+            elif kind is rec.ToolCallStart:
                 self._start(e, out)
-            elif kind is ev.ReasoningDelta:
+            elif kind is rec.ReasoningDelta:
                 parts = self._choice(e.index).parts
                 if not parts or type(parts[-1]) is not ThinkingBuilder:
                     parts.append(ThinkingBuilder())
                 parts[-1].pieces.append(e.text)
                 append(e)
-            elif kind is ev.RefusalDelta:
+            elif kind is rec.RefusalDelta:
                 self._choice(e.index).refusal.append(e.text)
                 append(e)
-            elif kind is ev.Finish:
+            elif kind is rec.Finish:
                 self._finish(e, out)
-            elif kind is ev.Usage:
+            elif kind is rec.Usage:
                 self._usage = merge_usage(self._usage, e)
                 append(e)
-            elif kind is ev.Meta:
+            elif kind is rec.Meta:
                 self._id = e.id if e.id is not None else self._id
                 self._model = e.model if e.model is not None else self._model
-            elif kind is ev.StreamEnd:
+            elif kind is rec.StreamEnd:
                 self._ended = True
                 for index, choice in sorted(self._choices.items()):
                     for call in choice.calls:
@@ -109,7 +110,7 @@ class OpenAIChatDecoder(ProviderDecoder):
             else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
                 append(e)
 
-    def _start(self, e: ev.ToolCallStart, out: list) -> None:
+    def _start(self, e: rec.ToolCallStart, out: list) -> None:
         choice = self._choice(e.index)
         call = choice.by_index.get(e.tool_index) if e.tool_index is not None else None
         if call is None:
@@ -119,36 +120,36 @@ class OpenAIChatDecoder(ProviderDecoder):
             if e.tool_index is not None:
                 choice.by_index[e.tool_index] = call
             choice.last_call = call
-            out.append(ev.ToolCallStarted(call.call, call.id, call.name, e.index))
+            out.append(ev.ToolCallOpened(call.call, call.id, call.name, e.index))
             return
         # a repeated head: fill what was missing, never overwrite
-        for attr, value, code in (("id", e.call_id, ev.WarningCode.TOOL_ID_CONFLICT),
-                                  ("name", e.name, ev.WarningCode.TOOL_NAME_CONFLICT)):
+        for attr, value, code in (("id", e.call_id, rec.WarningCode.TOOL_ID_CONFLICT),
+                                  ("name", e.name, rec.WarningCode.TOOL_NAME_CONFLICT)):
             old = getattr(call, attr)
             if value is None or value == old:
                 continue
             if old is None:
                 setattr(call, attr, value)
             else:
-                out.append(ev.DecodeWarning(code, f"call {call.call}: kept {old!r}, got {value!r}", None))
+                out.append(rec.DecodeWarning(code, f"call {call.call}: kept {old!r}, got {value!r}", None))
 
-    def _args(self, e: ev.ToolArgsDelta, out: list) -> None:
+    def _args(self, e: rec.ToolArgsDelta, out: list) -> None:
         choice = self._choice(e.index)
         call = choice.by_index.get(e.tool_index) if e.tool_index is not None else choice.last_call
         if call is None:  # arguments before any head: a call with no id or name yet
-            self._start(ev.ToolCallStart(e.index, e.tool_index, None, None, None), out)
+            self._start(rec.ToolCallStart(e.index, e.tool_index, None, None, None), out)
             call = choice.calls[-1]
         call.pieces.append(e.text)
         out.append(ev.ToolCallDelta(call.call, e.text, e.index))
 
-    def _finish(self, e: ev.Finish, out: list) -> None:
+    def _finish(self, e: rec.Finish, out: list) -> None:
         index = 0 if e.index is None else e.index
         choice = self._choice(index)
         choice.message.finish_reason = normalise_finish(e.reason)
         choice.message.raw_finish_reason = e.reason
         for call in choice.calls:
             self._done(call, out, index)
-        out.append(ev.Finished(choice.message.finish_reason, e.reason, index))
+        out.append(ev.MessageFinished(choice.message.finish_reason, e.reason, index))
 
     def _truncate(self, out: list) -> None:
         for index, choice in sorted(self._choices.items()):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import json
 
-from agent.stream import events as ev
+from agent.stream import records as rec
+from agent.stream.decoders import events as ev
 from agent.stream.decoders.base import (
     CallBuilder,
     OtherPart,
@@ -34,7 +35,7 @@ from agent.stream.decoders.base import (
     ThinkingBuilder,
     build_message,
 )
-from agent.stream.events import ItemKind, Protocol, WarningCode
+from agent.stream.records import ItemKind, Protocol, WarningCode
 from agent.stream.message import FinishReason, Message, merge_usage, normalise_finish
 
 _TEXT = ItemKind.TEXT
@@ -140,7 +141,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
                   out: list) -> CallBuilder:
         call = item.call = CallBuilder(len(self._calls), call_id, name, item.item_id)
         self._calls.append(call)
-        out.append(ev.ToolCallStarted(call.call, call_id, name))
+        out.append(ev.ToolCallOpened(call.call, call_id, name))
         return call
 
     def _find(self, item_id: str | None, index: int) -> _Item | None:
@@ -162,7 +163,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
         """The item a delta names; one made up, with a warning, if unknown."""
         item = self._find(item_id, index)
         if item is None:
-            out.append(ev.DecodeWarning(
+            out.append(rec.DecodeWarning(
                 WarningCode.UNKNOWN_BLOCK,
                 f"output item {item_id if item_id is not None else index} was never added", None))
             item = self._new(item_id, index, kind, out)
@@ -176,7 +177,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
             kind = type(e)
             if self._ended and self._after_end(e, out):
                 continue
-            if kind is ev.TextDelta:
+            if kind is rec.TextDelta:
                 item = self._item(e.item_id, e.index, _TEXT, out)
                 ci = e.content_index
                 if ci is None:
@@ -187,12 +188,12 @@ class OpenAIResponsesDecoder(ProviderDecoder):
                     b = item.texts[ci] = TextBuilder()
                 b.pieces.append(e.text)
                 append(e)
-            elif kind is ev.ToolArgsDelta:
+            elif kind is rec.ToolArgsDelta:
                 item = self._item(e.item_id, e.index, _TOOL_USE, out)
                 call = item.call or self._new_call(item, None, None, out)
                 call.pieces.append(e.text)
                 append(ev.ToolCallDelta(call.call, e.text))
-            elif kind is ev.ReasoningDelta:
+            elif kind is rec.ReasoningDelta:
                 item = self._item(e.item_id, e.index, _THINKING, out)
                 b = item.thinking.get(e.summary_index)
                 if b is None:
@@ -200,11 +201,11 @@ class OpenAIResponsesDecoder(ProviderDecoder):
                                                                          e.summary_index)
                 b.pieces.append(e.text)
                 append(e)
-            elif kind is ev.BlockStart:
+            elif kind is rec.BlockStart:
                 self._start(e, out)
-            elif kind is ev.BlockStop:
+            elif kind is rec.BlockStop:
                 self._stop(e, out)
-            elif kind is ev.RefusalDelta:
+            elif kind is rec.RefusalDelta:
                 item = self._item(e.item_id, e.index, _TEXT, out)
                 ci = e.content_index
                 if ci is None:
@@ -212,27 +213,27 @@ class OpenAIResponsesDecoder(ProviderDecoder):
                 item.last_content = ci
                 item.refusals.setdefault(ci, []).append(e.text)
                 append(e)
-            elif kind is ev.Citation:
+            elif kind is rec.Citation:
                 self._citations.append(_object(e.raw) if e.raw else e.raw)
                 append(e)
-            elif kind is ev.Finish:
+            elif kind is rec.Finish:
                 self._finished(e, out)
-            elif kind is ev.Usage:
+            elif kind is rec.Usage:
                 self._usage = merge_usage(self._usage, e)
                 append(e)
-            elif kind is ev.Meta:
+            elif kind is rec.Meta:
                 self._id = e.id if e.id is not None else self._id
                 self._model = e.model if e.model is not None else self._model
             else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
                 append(e)
 
-    def _start(self, e: ev.BlockStart, out: list) -> None:
+    def _start(self, e: rec.BlockStart, out: list) -> None:
         kind = e.kind if e.kind is not ItemKind.REDACTED_THINKING else _THINKING
         item_id = e.item_id
         if kind is _OTHER:
             found = _object(e.raw).get("id")
             item_id = found if isinstance(found, str) else None
-            out.append(ev.DecodeWarning(WarningCode.UNKNOWN_ITEM_TYPE, e.unknown_type, e.raw))
+            out.append(rec.DecodeWarning(WarningCode.UNKNOWN_ITEM_TYPE, e.unknown_type, e.raw))
         key = item_id if item_id is not None else ("@", e.index)
         item = self._items.get(key)
         if item is None:
@@ -253,13 +254,13 @@ class OpenAIResponsesDecoder(ProviderDecoder):
         if kind is _OTHER and item.other is None:
             item.other = OtherPart(e.unknown_type, e.raw)
 
-    def _stop(self, e: ev.BlockStop, out: list) -> None:
+    def _stop(self, e: rec.BlockStop, out: list) -> None:
         kind = e.kind if e.kind is not ItemKind.REDACTED_THINKING else _THINKING
         item = self._find(e.item_id, e.index)
         raw = None
         if item is None:
             name = e.item_id if e.item_id is not None else e.index
-            out.append(ev.DecodeWarning(
+            out.append(rec.DecodeWarning(
                 WarningCode.UNKNOWN_BLOCK, f"output item {name} done but never added", e.raw))
             item = self._new(e.item_id, e.index, kind, out, e.call_id)
             if kind is _OTHER:
@@ -287,26 +288,26 @@ class OpenAIResponsesDecoder(ProviderDecoder):
         if args is not None and call.pieces:
             joined = "".join(call.pieces)
             if joined != args:
-                out.append(ev.DecodeWarning(
+                out.append(rec.DecodeWarning(
                     WarningCode.ARGUMENTS_MISMATCH,
                     f"call {call.call}: output_item.done has {len(args)} characters of "
                     f"arguments, the deltas {len(joined)}", e.raw))
         self._done(call, out, arguments=args, truncated=raw.get("status") == "incomplete")
 
-    def _finished(self, e: ev.Finish, out: list) -> None:
+    def _finished(self, e: rec.Finish, out: list) -> None:
         status = e.status
-        if status is ev.FinishStatus.COMPLETED:
+        if status is rec.FinishStatus.COMPLETED:
             for call in self._calls:
                 self._done(call, out)
             reason = FinishReason.TOOL_CALLS if self._calls else FinishReason.STOP
         else:
             for call in self._calls:
                 self._done(call, out, truncated=True)
-            reason = (FinishReason.ERROR if status is ev.FinishStatus.FAILED
+            reason = (FinishReason.ERROR if status is rec.FinishStatus.FAILED
                       else normalise_finish(e.reason))
         self._finish, self._raw_finish = reason, e.reason
         self._ended = True
-        out.append(ev.Finished(reason, e.reason))
+        out.append(ev.MessageFinished(reason, e.reason))
 
     def _truncate(self, out: list) -> None:
         for call in self._calls:

@@ -1,8 +1,12 @@
-"""Events produced by the stream core, one class per record kind of csrc/extract.h.
+"""The stream core's records: what StreamDecoder.feed() returns, one class
+per record kind of csrc/extract.h.
 
 Plain slotted dataclasses: one allocation each, cheap to build on the hot path,
 comparable and printable in tests. Optional fields are None when the wire
-did not carry them (absent is distinct from empty).
+did not carry them (absent is distinct from empty). The enums are made
+from the C enums as the cdef resolved them, so csrc/ is their only source.
+The provider decoders pass some of these records through and add events of
+their own (agent.stream.decoders.events).
 """
 
 from __future__ import annotations
@@ -10,63 +14,34 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-
-class Protocol(enum.IntEnum):
-    SSE = 0
-    OPENAI_CHAT = 1
-    ANTHROPIC = 2
-    OPENAI_RESPONSES = 3
+from agent.stream._binding import ffi
 
 
-class ItemKind(enum.IntEnum):
-    TEXT = 0
-    THINKING = 1
-    REDACTED_THINKING = 2
-    TOOL_USE = 3
-    OTHER = 4
+def _from_c(name: str, c_type: str, prefix: str, **more: int) -> type[enum.IntEnum]:
+    """An IntEnum of the C enum c_type as the cdef resolved it: HA_ITEM_TEXT
+    becomes ItemKind.TEXT (an ERR_ after the prefix goes too). more adds
+    members that exist only in Python."""
+    members = {c_name.removeprefix(prefix).removeprefix("ERR_"): value
+               for c_name, value in ffi.typeof(c_type).relements.items()}
+    return enum.IntEnum(name, sorted({**members, **more}.items(), key=lambda m: m[1]),
+                        module=__name__)
 
 
-class FinishStatus(enum.IntEnum):
-    STOP = 0
-    COMPLETED = 1
-    INCOMPLETE = 2
-    FAILED = 3
-
-
-class WarningCode(enum.IntEnum):
-    # from the C core (csrc/extract.h ha_warning)
-    BAD_JSON = 1
-    NOT_OBJECT = 2
-    UNKNOWN_EVENT = 3
-    UNKNOWN_DELTA = 4
-    FIELD_TYPE = 5
-    REPLACED_UTF8 = 6
-    MISSING_FIELD = 7
-    # from the provider decoders (agent/stream/decoders)
-    UNKNOWN_BLOCK = 101       # a delta for a block or item never started
-    UNKNOWN_ITEM_TYPE = 102   # a block or item type we do not know: carried through
-    TOOL_ID_CONFLICT = 103    # a later chunk names another id for a call: first kept
-    TOOL_NAME_CONFLICT = 104  # likewise for the function name
-    ARGUMENTS_MISMATCH = 105  # Responses: output_item.done's arguments differ from the deltas
-    AFTER_END = 106           # data after the end sentinel
-
-
-class FramingErrorCode(enum.IntEnum):
-    EVENT_TOO_LARGE = 3
-    NAME_TOO_LONG = 4
-    ID_TOO_LONG = 5
-    OUTPUT_TOO_LARGE = 10
-
-
-class JSONStatus(enum.IntEnum):
-    OK = 0
-    EMPTY = 1
-    SYNTAX = 2
-    DEPTH = 3
-    TRAILING = 4
-    TYPE = 5
-    RANGE = 6
-    SPACE = 7
+Protocol = _from_c("Protocol", "ha_protocol", "HA_PROTO_")
+ItemKind = _from_c("ItemKind", "ha_item_kind", "HA_ITEM_")
+FinishStatus = _from_c("FinishStatus", "ha_finish_status", "HA_FINISH_")
+FramingErrorCode = _from_c("FramingErrorCode", "ha_framing_error", "HA_ERR_")
+JSONStatus = _from_c("JSONStatus", "ha_json_status", "HA_JSON_")
+# The core's warnings (ha_warning), then the provider decoders' own, above them.
+WarningCode = _from_c(
+    "WarningCode", "ha_warning", "HA_WARN_",
+    UNKNOWN_BLOCK=101,       # a delta for a block or item never started
+    UNKNOWN_ITEM_TYPE=102,   # a block or item type we do not know: carried through
+    TOOL_ID_CONFLICT=103,    # a later chunk names another id for a call: first kept
+    TOOL_NAME_CONFLICT=104,  # likewise for the function name
+    ARGUMENTS_MISMATCH=105,  # Responses: output_item.done's arguments differ from the deltas
+    AFTER_END=106,           # data after the end sentinel
+)
 
 
 @dataclass(slots=True)
@@ -216,51 +191,6 @@ class FramingError:
     """An event dropped by name: too large for the buffer, and so on."""
     code: FramingErrorCode
     size: int
-
-
-# ---- events of the provider decoders (agent/stream/decoders) ----
-# TextDelta, ReasoningDelta, RefusalDelta, Usage, ProviderError, DecodeWarning,
-# FramingError and Truncated pass through them unchanged. TextDelta.index is
-# the choice for OpenAI Chat; for the others it is the content block (Anthropic)
-# or output item (Responses) position.
-
-
-@dataclass(slots=True)
-class ToolCallStarted:
-    """A tool call's head: call is its position among the message's calls."""
-    call: int
-    id: str | None
-    name: str | None
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class ToolCallDelta:
-    call: int
-    text: str
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class ToolCallDone:
-    """A call whose arguments are complete (or cut off: tool_call.error says)."""
-    call: int
-    tool_call: "ToolCall"  # noqa: F821 - agent.stream.message.ToolCall
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class Finished:
-    reason: "FinishReason"  # noqa: F821 - agent.stream.message.FinishReason
-    raw_reason: str | None
-    choice: int = 0
-
-
-@dataclass(slots=True)
-class StreamIncomplete:
-    """The body ended before the protocol's end ([DONE], message_stop,
-    response.completed/incomplete/failed): the message may be partial."""
-    detail: str
 
 
 @dataclass(slots=True)
