@@ -37,7 +37,8 @@ BOARD_FILES = {  # a Debian 12 root's own accounts, before homeagent
     "etc/shadow": "root:*:19000:0:99999:7:::\n",
     "etc/gshadow": "root:*::\ndialout:*::\naudio:*::\n",
 }
-BOARD_DIRS = ("etc/systemd/system", "etc/sysusers.d", "usr/local/bin", "opt", "var/lib")
+BOARD_DIRS = ("etc/systemd/system", "etc/sysusers.d", "etc/modules-load.d", "usr/local/bin",
+              "opt", "var/lib")
 # what systemd-sysusers changes: the account files, their backups (FILE-), its lock
 ACCOUNTS = {f"etc/{name}{suffix}" for name in ("passwd", "group", "shadow", "gshadow")
             for suffix in ("", "-")} | {"etc/.pwd.lock"}
@@ -180,6 +181,9 @@ def test_install_lays_out_the_board(board):
 
     sysusers = board.path("/etc/sysusers.d/homeagent.conf")
     assert sysusers.read_text() == install.shipped("homeagent.sysusers") and mode(sysusers) == 0o644
+    modules = board.path("/etc/modules-load.d/homeagent.conf")
+    assert modules.read_text() == install.shipped("homeagent.modules-load")
+    assert mode(modules) == 0o644
     config = board.path("/etc/homeagent/config.toml")
     assert config.read_text() == default_config_text() and mode(config) == 0o644
     check = board.homeagent("serve", "--check", "--config", str(config), venv_program=False)
@@ -219,6 +223,28 @@ def test_a_second_install_changes_nothing(board):
     assert tree(board.root) == before
     assert "wrote" not in result.stdout and "created" not in result.stdout
     assert result.stdout.rstrip().endswith("homeagent install: nothing to change, already installed")
+
+
+def test_install_loads_the_usb_serial_drivers_at_boot_and_uninstall_removes_that(quick_board):
+    """DeviceAllow=char-ttyUSB and char-ttyACM resolve their major numbers
+    when the service starts: an adapter plugged in later is allowed only if
+    its driver was loaded by then, so install has the boot load them."""
+    board = quick_board
+    modules = board.path("/etc/modules-load.d/homeagent.conf")
+    first = board.install(in_process=True)
+    assert f"wrote {modules}" in first.stdout
+    names = [line.strip() for line in modules.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith(("#", ";"))]
+    assert names == ["usbserial", "cdc_acm"]
+    written = tree(board.root)["etc/modules-load.d/homeagent.conf"]
+
+    second = board.install(in_process=True)
+    assert f"unchanged {modules}" in second.stdout
+    assert tree(board.root)["etc/modules-load.d/homeagent.conf"] == written
+
+    assert f"removed {modules}" in board.uninstall().stdout
+    assert not modules.exists()
+    assert board.path("/etc/modules-load.d").is_dir()  # the board's directory stays
 
 
 def test_install_repairs_what_drifted_and_never_touches_the_config(quick_board):
@@ -368,6 +394,7 @@ def test_on_a_booted_system_units_start_and_restart_only_when_needed(tmp_path, m
 echo "$*" >> {calls}
 case "$*" in
   *is-active*) [ "$ACTIVE" = yes ]; exit ;;
+  *systemd-modules-load*) [ "$MODULES" != fail ]; exit ;;
   *" enable "*) mkdir -p {board.root}/etc/systemd/system/sockets.target.wants \\
         {board.root}/etc/systemd/system/multi-user.target.wants
      ln -sfn /etc/systemd/system/homeagent.socket \\
@@ -389,9 +416,11 @@ esac
         assert function(str(board.root), out=out, **kwargs) == 0, out.getvalue()
         return calls.read_text().splitlines()
 
-    # first install: new units, nothing running yet: reload, enable and start
+    # first install: new units, nothing running yet: reload, load the USB serial
+    # drivers before the service resolves its DeviceAllow=, enable and start
     assert run(install.install, active=False) == [
         "is-active --quiet homeagent.service", "daemon-reload",
+        "restart systemd-modules-load.service",
         f"{root} enable --now homeagent.socket homeagent.service"]
     # again, running, nothing changed: no reload, no restart
     assert run(install.install, active=True) == [
@@ -404,6 +433,19 @@ esac
         "is-active --quiet homeagent.service", "daemon-reload",
         f"{root} enable --now homeagent.socket homeagent.service",
         f"{root} restart homeagent.service"]
+    # a new modules-load file while the daemon runs (an upgrade from a version
+    # without it): the drivers now, and a restart so that DeviceAllow= sees them
+    board.path(install.MODULES_LOAD).unlink()
+    assert run(install.install, active=True) == [
+        "is-active --quiet homeagent.service", "restart systemd-modules-load.service",
+        f"{root} enable --now homeagent.socket homeagent.service",
+        f"{root} restart homeagent.service"]
+    # drivers that cannot be loaded now (no such module): said, and not fatal
+    board.path(install.MODULES_LOAD).unlink()
+    monkeypatch.setenv("MODULES", "fail")
+    out = io.StringIO()
+    assert install.install(str(board.root), out=out) == 0, out.getvalue()
+    assert "could not load the USB serial drivers now" in out.getvalue()
     # uninstall stops and disables both, and reloads once the files are gone
     assert run(install.uninstall, active=True) == [
         f"{root} disable --now homeagent.socket homeagent.service", "daemon-reload"]
