@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import io
 import os
 import platform
+import re
+import shlex
 import stat
 import subprocess
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -450,3 +455,86 @@ esac
     assert run(install.uninstall, active=True) == [
         f"{root} disable --now homeagent.socket homeagent.service", "daemon-reload"]
     assert not board.path("/etc/systemd/system/homeagent.service").exists()
+
+
+# ---- the board recipe of docs/on-a-board.md ----
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+BOARD_WHEEL = f"homeagent-{agent.__version__}-cp311-cp311-linux_aarch64.whl"
+
+
+def documented(command: str) -> list[list[str]]:
+    """The commands in docs/on-a-board.md's code blocks that start with
+    `command`, continuation lines joined, each split as the shell would."""
+    text = (CHECKOUT / "docs" / "on-a-board.md").read_text(encoding="utf-8")
+    lines = re.sub(r"\\\n\s*", " ", text).splitlines()
+    return [shlex.split(line, comments=True) for line in lines
+            if line.startswith("    ") and line.strip().startswith(command)]
+
+
+def test_the_offline_download_admits_the_board_wheel_itself():
+    """The homeagent wheel is tagged linux_aarch64: `pip download` with only
+    manylinux platforms refuses it as "not a supported wheel"."""
+    [download] = documented("pip download")
+    platforms = [download[i + 1] for i, word in enumerate(download) if word == "--platform"]
+    assert "linux_aarch64" in platforms and "manylinux2014_aarch64" in platforms
+    assert download[download.index("--python-version") + 1] == "3.11"
+    assert "--only-binary=:all:" in download
+    assert download[-1] == f"./{BOARD_WHEEL}"
+    [install_offline] = documented("sudo /opt/homeagent/bin/pip install --no-index")
+    assert install_offline[-1] == f"./{BOARD_WHEEL}"
+
+
+def _project(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9._-]+", requirement)[0]
+
+
+def _metadata_wheel(directory: Path, name: str, version: str, tag: str,
+                    requires: tuple[str, ...] = ()) -> Path:
+    """A wheel holding only its metadata: all that `pip download` reads."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    info = f"{dist}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+             + "".join(f"Requires-Dist: {requirement}\n" for requirement in requires),
+             f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    path = directory / f"{dist}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pip") is None,
+                    reason="pip is not installed for this interpreter")
+def test_the_documented_offline_download_resolves(tmp_path):
+    """The documented command, run offline against an index of stand-in
+    wheels tagged as the real ones are (homeagent linux_aarch64, cffi
+    manylinux2014 aarch64, the rest pure Python), fetches them all; without
+    --platform linux_aarch64 it fails, as it did."""
+    requires = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
+    index = tmp_path / "index"
+    index.mkdir()
+    for requirement in requires:
+        tag = ("cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64"
+               if _project(requirement) == "cffi" else "py3-none-any")
+        _metadata_wheel(index, _project(requirement), "99.0", tag)  # 99.0 meets every >= of pyproject.toml
+    _metadata_wheel(tmp_path, "homeagent", agent.__version__, "cp311-cp311-linux_aarch64",
+                    tuple(requires))
+    [download] = documented("pip download")
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", *argv, "--no-index", "--find-links",
+                               str(index)], cwd=tmp_path, capture_output=True, text=True,
+                              env=child_env({"PIP_CONFIG_FILE": os.devnull}),
+                              stdin=subprocess.DEVNULL, timeout=timeout(120))
+
+    done = run(download)
+    assert done.returncode == 0, done.stdout + done.stderr
+    fetched = sorted(path.name.split("-")[0] for path in (tmp_path / "wheels").iterdir())
+    assert fetched == sorted(["homeagent", *(_project(r).replace("-", "_") for r in requires)])
+
+    at = download.index("linux_aarch64")
+    refused = run([*download[:at - 1], *download[at + 1:]])
+    assert refused.returncode != 0 and "is not a supported wheel" in refused.stderr, \
+        refused.stdout + refused.stderr
