@@ -16,6 +16,7 @@ import contextlib
 import glob
 import importlib.util
 import io
+import json
 import os
 import platform
 import re
@@ -28,6 +29,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import agent
 from agent import cli
@@ -486,7 +489,7 @@ def test_the_offline_download_admits_the_board_wheel_itself():
 
 
 def _project(requirement: str) -> str:
-    return re.match(r"[A-Za-z0-9._-]+", requirement)[0]
+    return Requirement(requirement).name
 
 
 def _metadata_wheel(directory: Path, name: str, version: str, tag: str,
@@ -538,3 +541,28 @@ def test_the_documented_offline_download_resolves(tmp_path):
     refused = run([*download[:at - 1], *download[at + 1:]])
     assert refused.returncode != 0 and "is not a supported wheel" in refused.stderr, \
         refused.stdout + refused.stderr
+
+
+@pytest.mark.not_emulated(reason="arm64.sh runs on the build machine; it makes a venv of "
+                          "the host interpreter")
+def test_the_wheel_is_built_with_the_setuptools_the_project_needs(tmp_path):
+    """`toolchain/arm64.sh wheel` built with PYTHON's own setuptools, which in
+    a fresh venv of Debian 12's Python is 65 (the project needs 77): the build
+    failed. It now builds in a venv of its own holding pyproject.toml's build
+    requirements, made from a plain interpreter here as on a fresh machine."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    work = tmp_path / "arm64"
+    result = subprocess.run(["bash", str(CHECKOUT / "toolchain" / "arm64.sh"), "buildenv"],
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                            env=child_env({"ARM64_WORK": str(work), "PYTHON": base}),
+                            timeout=timeout(300))
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = subprocess.run([str(work / "buildenv" / "bin" / "python"), "-m", "pip", "list",
+                             "--format=json", "--disable-pip-version-check"],
+                            capture_output=True, text=True, timeout=timeout(60), check=True)
+    installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+    requires = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for requirement in map(Requirement, requires):
+        version = installed.get(canonicalize_name(requirement.name))
+        assert version is not None and requirement.specifier.contains(version), \
+            (str(requirement), version)
