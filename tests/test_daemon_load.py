@@ -1,7 +1,7 @@
 """Load: 50 concurrent streaming clients against one daemon and the mock
 model server, in waves. Every client must get exactly its own answer on its
-own session, the daemon must hold no ask or connection after a wave, and its
-resident memory must not climb from wave to wave.
+own session, the daemon must hold no ask or connection after a wave, and, on
+the host, its resident memory must not climb from wave to wave.
 
 Bounded: 50 clients a wave, a warm-up wave and WAVES measured waves, every
 wait a timeout; about 3 s on the host, 15 s emulated. No timing is asserted."""
@@ -38,8 +38,8 @@ PACED = {"headers": {"x-mock-delay-ms": "3"}}
 #     up and down, while tracemalloc inside the daemon showed Python memory
 #     flat: the allocator's steps, not a leak.
 #   - with the 4 KiB threshold: 0.05-0.93 MiB (15 runs; 3 runs of 6 waves
-#     stayed under 0.82 MiB). Emulated (qemu-user, whose own memory is in
-#     the RSS, 2 waves): 1.1-1.7 MiB (3 runs).
+#     stayed under 0.82 MiB). Emulated (qemu-user, 2 waves): 1.1-1.7 MiB
+#     (3 runs), and once 3.2 MiB, which failed the bound.
 #   - a leak, patched into the daemon through sitecustomize for the
 #     measurement only: keeping every ask's decoder alive grew RSS by
 #     ~1.9 MiB a wave, 5.1-6.0 MiB over 3 waves (only the touched pages of
@@ -50,6 +50,7 @@ PACED = {"headers": {"x-mock-delay-ms": "3"}}
 # per-ask leak of >= ~20 KiB resident (3 MiB / 150 asks). Smaller leaks are
 # left to the status check (no ask or connection left behind) and to the
 # tests of the parts.
+# A host-only check: the test's docstring says why.
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "4096"}
 RSS_GROWTH_LIMIT_KIB = 3 * 1024
 
@@ -169,6 +170,17 @@ def _wait_idle(daemon: Daemon, wave: int) -> dict:
 
 
 def test_fifty_concurrent_streaming_clients(tmp_path, mock):
+    """Every wave's streams, histories and counters, everywhere; the RSS
+    bound on the host only. Under qemu-user the daemon's process is qemu, and
+    its RSS holds qemu's own memory too: the code it translates (more as the
+    waves reach new paths of the interpreter) and the tables that track it,
+    which grow by chance and cannot be told apart from the daemon's. The
+    bound once failed there at 3.2 MiB with no leak: a check that fails by
+    chance proves nothing and blocks landings. The daemon's code is the same
+    on both, so the host run, whose RSS is the daemon's own, is where the
+    bound means what it says, and it stays as strict as it was; what only
+    the aarch64 build could leak is left to the tests of the parts, as the
+    emulated RSS could not show it anyway."""
     daemon = Daemon(tmp_path, mock.url, providers={"mock": PACED}, env=ALLOCATOR).start()
     try:
         rss = []
@@ -181,9 +193,10 @@ def test_fifty_concurrent_streaming_clients(tmp_path, mock):
             assert counters["asks"] == counters["answered"] == CLIENTS * (wave + 1), counters
             assert counters["failed"] == counters["cancelled"] == counters["overflows"] == 0
             rss.append(daemon.rss_kib())
-        growth = [kib - rss[0] for kib in rss[1:]]
-        assert max(growth) < RSS_GROWTH_LIMIT_KIB, \
-            f"RSS after each wave (KiB): {rss}; growth after the warm-up: {growth}"
+        if not EMULATED:  # host only: see the docstring
+            growth = [kib - rss[0] for kib in rss[1:]]
+            assert max(growth) < RSS_GROWTH_LIMIT_KIB, \
+                f"RSS after each wave (KiB): {rss}; growth after the warm-up: {growth}"
     finally:
         status = daemon.stop()
     assert status == 0, daemon.log()[-4000:]

@@ -14,15 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import io
+import json
 import os
 import platform
+import re
+import shlex
 import stat
 import subprocess
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import agent
 from agent import cli
@@ -37,7 +45,8 @@ BOARD_FILES = {  # a Debian 12 root's own accounts, before homeagent
     "etc/shadow": "root:*:19000:0:99999:7:::\n",
     "etc/gshadow": "root:*::\ndialout:*::\naudio:*::\n",
 }
-BOARD_DIRS = ("etc/systemd/system", "etc/sysusers.d", "usr/local/bin", "opt", "var/lib")
+BOARD_DIRS = ("etc/systemd/system", "etc/sysusers.d", "etc/modules-load.d", "usr/local/bin",
+              "opt", "var/lib")
 # what systemd-sysusers changes: the account files, their backups (FILE-), its lock
 ACCOUNTS = {f"etc/{name}{suffix}" for name in ("passwd", "group", "shadow", "gshadow")
             for suffix in ("", "-")} | {"etc/.pwd.lock"}
@@ -180,6 +189,9 @@ def test_install_lays_out_the_board(board):
 
     sysusers = board.path("/etc/sysusers.d/homeagent.conf")
     assert sysusers.read_text() == install.shipped("homeagent.sysusers") and mode(sysusers) == 0o644
+    modules = board.path("/etc/modules-load.d/homeagent.conf")
+    assert modules.read_text() == install.shipped("homeagent.modules-load")
+    assert mode(modules) == 0o644
     config = board.path("/etc/homeagent/config.toml")
     assert config.read_text() == default_config_text() and mode(config) == 0o644
     check = board.homeagent("serve", "--check", "--config", str(config), venv_program=False)
@@ -219,6 +231,28 @@ def test_a_second_install_changes_nothing(board):
     assert tree(board.root) == before
     assert "wrote" not in result.stdout and "created" not in result.stdout
     assert result.stdout.rstrip().endswith("homeagent install: nothing to change, already installed")
+
+
+def test_install_loads_the_usb_serial_drivers_at_boot_and_uninstall_removes_that(quick_board):
+    """DeviceAllow=char-ttyUSB and char-ttyACM resolve their major numbers
+    when the service starts: an adapter plugged in later is allowed only if
+    its driver was loaded by then, so install has the boot load them."""
+    board = quick_board
+    modules = board.path("/etc/modules-load.d/homeagent.conf")
+    first = board.install(in_process=True)
+    assert f"wrote {modules}" in first.stdout
+    names = [line.strip() for line in modules.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith(("#", ";"))]
+    assert names == ["usbserial", "cdc_acm"]
+    written = tree(board.root)["etc/modules-load.d/homeagent.conf"]
+
+    second = board.install(in_process=True)
+    assert f"unchanged {modules}" in second.stdout
+    assert tree(board.root)["etc/modules-load.d/homeagent.conf"] == written
+
+    assert f"removed {modules}" in board.uninstall().stdout
+    assert not modules.exists()
+    assert board.path("/etc/modules-load.d").is_dir()  # the board's directory stays
 
 
 def test_install_repairs_what_drifted_and_never_touches_the_config(quick_board):
@@ -368,6 +402,7 @@ def test_on_a_booted_system_units_start_and_restart_only_when_needed(tmp_path, m
 echo "$*" >> {calls}
 case "$*" in
   *is-active*) [ "$ACTIVE" = yes ]; exit ;;
+  *systemd-modules-load*) [ "$MODULES" != fail ]; exit ;;
   *" enable "*) mkdir -p {board.root}/etc/systemd/system/sockets.target.wants \\
         {board.root}/etc/systemd/system/multi-user.target.wants
      ln -sfn /etc/systemd/system/homeagent.socket \\
@@ -389,9 +424,11 @@ esac
         assert function(str(board.root), out=out, **kwargs) == 0, out.getvalue()
         return calls.read_text().splitlines()
 
-    # first install: new units, nothing running yet: reload, enable and start
+    # first install: new units, nothing running yet: reload, load the USB serial
+    # drivers before the service resolves its DeviceAllow=, enable and start
     assert run(install.install, active=False) == [
         "is-active --quiet homeagent.service", "daemon-reload",
+        "restart systemd-modules-load.service",
         f"{root} enable --now homeagent.socket homeagent.service"]
     # again, running, nothing changed: no reload, no restart
     assert run(install.install, active=True) == [
@@ -404,7 +441,128 @@ esac
         "is-active --quiet homeagent.service", "daemon-reload",
         f"{root} enable --now homeagent.socket homeagent.service",
         f"{root} restart homeagent.service"]
+    # a new modules-load file while the daemon runs (an upgrade from a version
+    # without it): the drivers now, and a restart so that DeviceAllow= sees them
+    board.path(install.MODULES_LOAD).unlink()
+    assert run(install.install, active=True) == [
+        "is-active --quiet homeagent.service", "restart systemd-modules-load.service",
+        f"{root} enable --now homeagent.socket homeagent.service",
+        f"{root} restart homeagent.service"]
+    # drivers that cannot be loaded now (no such module): said, and not fatal
+    board.path(install.MODULES_LOAD).unlink()
+    monkeypatch.setenv("MODULES", "fail")
+    out = io.StringIO()
+    assert install.install(str(board.root), out=out) == 0, out.getvalue()
+    assert "could not load the USB serial drivers now" in out.getvalue()
     # uninstall stops and disables both, and reloads once the files are gone
     assert run(install.uninstall, active=True) == [
         f"{root} disable --now homeagent.socket homeagent.service", "daemon-reload"]
     assert not board.path("/etc/systemd/system/homeagent.service").exists()
+
+
+# ---- the board recipe of docs/on-a-board.md ----
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+BOARD_WHEEL = f"homeagent-{agent.__version__}-cp311-cp311-linux_aarch64.whl"
+
+
+def documented(command: str) -> list[list[str]]:
+    """The commands in docs/on-a-board.md's code blocks that start with
+    `command`, continuation lines joined, each split as the shell would."""
+    text = (CHECKOUT / "docs" / "on-a-board.md").read_text(encoding="utf-8")
+    lines = re.sub(r"\\\n\s*", " ", text).splitlines()
+    return [shlex.split(line, comments=True) for line in lines
+            if line.startswith("    ") and line.strip().startswith(command)]
+
+
+def test_the_offline_download_admits_the_board_wheel_itself():
+    """The homeagent wheel is tagged linux_aarch64: `pip download` with only
+    manylinux platforms refuses it as "not a supported wheel"."""
+    [download] = documented("pip download")
+    platforms = [download[i + 1] for i, word in enumerate(download) if word == "--platform"]
+    assert "linux_aarch64" in platforms and "manylinux2014_aarch64" in platforms
+    assert download[download.index("--python-version") + 1] == "3.11"
+    assert "--only-binary=:all:" in download
+    assert download[-1] == f"./{BOARD_WHEEL}"
+    [install_offline] = documented("sudo /opt/homeagent/bin/pip install --no-index")
+    assert install_offline[-1] == f"./{BOARD_WHEEL}"
+
+
+def _project(requirement: str) -> str:
+    return Requirement(requirement).name
+
+
+def _metadata_wheel(directory: Path, name: str, version: str, tag: str,
+                    requires: tuple[str, ...] = ()) -> Path:
+    """A wheel holding only its metadata: all that `pip download` reads."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    info = f"{dist}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+             + "".join(f"Requires-Dist: {requirement}\n" for requirement in requires),
+             f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    path = directory / f"{dist}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pip") is None,
+                    reason="pip is not installed for this interpreter")
+def test_the_documented_offline_download_resolves(tmp_path):
+    """The documented command, run offline against an index of stand-in
+    wheels tagged as the real ones are (homeagent linux_aarch64, cffi
+    manylinux2014 aarch64, the rest pure Python), fetches them all; without
+    --platform linux_aarch64 it fails, as it did."""
+    requires = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
+    index = tmp_path / "index"
+    index.mkdir()
+    for requirement in requires:
+        tag = ("cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64"
+               if _project(requirement) == "cffi" else "py3-none-any")
+        _metadata_wheel(index, _project(requirement), "99.0", tag)  # 99.0 meets every >= of pyproject.toml
+    _metadata_wheel(tmp_path, "homeagent", agent.__version__, "cp311-cp311-linux_aarch64",
+                    tuple(requires))
+    [download] = documented("pip download")
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", *argv, "--no-index", "--find-links",
+                               str(index)], cwd=tmp_path, capture_output=True, text=True,
+                              env=child_env({"PIP_CONFIG_FILE": os.devnull}),
+                              stdin=subprocess.DEVNULL, timeout=timeout(120))
+
+    done = run(download)
+    assert done.returncode == 0, done.stdout + done.stderr
+    fetched = sorted(path.name.split("-")[0] for path in (tmp_path / "wheels").iterdir())
+    assert fetched == sorted(["homeagent", *(_project(r).replace("-", "_") for r in requires)])
+
+    at = download.index("linux_aarch64")
+    refused = run([*download[:at - 1], *download[at + 1:]])
+    assert refused.returncode != 0 and "is not a supported wheel" in refused.stderr, \
+        refused.stdout + refused.stderr
+
+
+@pytest.mark.not_emulated(reason="arm64.sh runs on the build machine; it makes a venv of "
+                          "the host interpreter")
+def test_the_wheel_is_built_with_the_setuptools_the_project_needs(tmp_path):
+    """`toolchain/arm64.sh wheel` built with PYTHON's own setuptools, which in
+    a fresh venv of Debian 12's Python is 65 (the project needs 77): the build
+    failed. It now builds in a venv of its own holding pyproject.toml's build
+    requirements, made from a plain interpreter here as on a fresh machine."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    work = tmp_path / "arm64"
+    result = subprocess.run(["bash", str(CHECKOUT / "toolchain" / "arm64.sh"), "buildenv"],
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                            env=child_env({"ARM64_WORK": str(work), "PYTHON": base}),
+                            timeout=timeout(300))
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = subprocess.run([str(work / "buildenv" / "bin" / "python"), "-m", "pip", "list",
+                             "--format=json", "--disable-pip-version-check"],
+                            capture_output=True, text=True, timeout=timeout(60), check=True)
+    installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+    requires = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for requirement in map(Requirement, requires):
+        version = installed.get(canonicalize_name(requirement.name))
+        assert version is not None and requirement.specifier.contains(version), \
+            (str(requirement), version)

@@ -16,8 +16,10 @@ import pytest
 from agent.api.client import DEFAULT_SOCKET
 from agent.api.server import GOODBYE_TIMEOUT
 from agent.service import install
+from agent.service.daemon import HTTP_LIMITS
 from agent.service.config import DEFAULT_PATH, DEFAULT_STATE_DIRECTORY, parse
 from conftest import timeout
+from test_daemon_load import CLIENTS
 
 # The most exposure `systemd-analyze security` may rate the service (0 to 10;
 # "OK" ends at 2.0). Measured: 1.5.
@@ -206,12 +208,52 @@ def test_hardening_keeps_what_the_daemon_needs():
     assert not names & {"PrivateDevices", "PrivateUsers", "PrivateNetwork", "IPAddressDeny"}
     assert one(service, "DevicePolicy") == "closed"
     assert values(service, "DeviceAllow") == [f"char-{kind} rw" for kind in
-                                              ("ttyUSB", "ttyACM", "ttyAMA", "alsa")]
+                                              ("ttyS", "ttyUSB", "ttyACM", "ttyAMA", "alsa")]
     assert one(service, "RestrictAddressFamilies").split() == ["AF_UNIX", "AF_INET", "AF_INET6"]
     for key, value in {"ProtectSystem": "strict", "ProtectHome": "yes", "NoNewPrivileges": "yes",
                        "CapabilityBoundingSet": "", "MemoryDenyWriteExecute": "yes",
                        "UMask": "0077", "MemoryMax": "160M"}.items():
         assert one(service, key) == value, key
+
+
+# The serial ports a board's devices are on, by the driver name systemd looks
+# up in /proc/devices for DeviceAllow=char-NAME, and the module that registers
+# that name when it is not built into the kernel.
+BOARD_SERIAL = {
+    "ttyS": None,          # 8250 UARTs: a Raspberry Pi 3, 4 or Zero 2 W's GPIO UART (ttyS0, serial0)
+    "ttyAMA": None,        # PL011 UARTs: the Pi's other UART, most other aarch64 boards
+    "ttyUSB": "usbserial",  # USB serial adapters (FTDI, CH340, CP210x, PL2303)
+    "ttyACM": "cdc_acm",    # USB CDC ACM boards (Arduino, Pico)
+}
+
+
+def test_every_board_serial_port_is_allowed():
+    """A board on a platform UART was refused with EPERM: ttyS was missing."""
+    allowed = {value.split()[0] for value in values(SERVICE["Service"], "DeviceAllow")}
+    assert {f"char-{driver}" for driver in BOARD_SERIAL} <= allowed
+
+
+def test_usb_serial_drivers_are_loaded_before_the_service_starts():
+    """systemd resolves char-ttyUSB to a major number when the service starts
+    and drops the entry while usbserial is not loaded: an adapter plugged in
+    later was refused with EPERM until a restart. The modules-load.d file
+    install writes loads each such driver at boot (sysinit.target, which the
+    service is ordered after by its default dependencies)."""
+    modules = [line.strip() for line in install.shipped("homeagent.modules-load").splitlines()
+               if line.strip() and not line.lstrip().startswith(("#", ";"))]
+    assert modules == [module for module in BOARD_SERIAL.values() if module]
+    assert values(SERVICE["Unit"], "DefaultDependencies") in ([], ["yes"])
+
+
+def test_open_files_are_bounded_for_a_board():
+    """LimitNOFILE= leaves the daemon room for the upstream pool and the load
+    test's clients, and that many connections' request lines fit MemoryMax."""
+    service = SERVICE["Service"]
+    limit = int(one(service, "LimitNOFILE"))
+    assert limit >= HTTP_LIMITS.max_connections + 2 * CLIENTS
+    max_line = parse(_minimal_config(), "config.toml").daemon.max_line_bytes
+    memory_max = int(one(service, "MemoryMax").removesuffix("M")) * 1024 * 1024
+    assert limit * max_line < memory_max / 2
 
 
 def test_install_changes_only_the_program_path():

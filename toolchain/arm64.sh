@@ -6,7 +6,10 @@
 #   toolchain/arm64.sh sysroot 1. arm64 sysroot: mmdebstrap --variant=extract with
 #                              python3.11 and libpython3.11-dev (reused if present)
 #   toolchain/arm64.sh wheel   2. cross-build homeagent-<v>-cp311-cp311-linux_aarch64.whl
-#                              with aarch64-linux-gnu-gcc, checked with readelf
+#                              with aarch64-linux-gnu-gcc, checked with readelf, in
+#                              a venv of PYTHON holding pyproject.toml's build
+#                              requirements (setuptools>=77, cffi): ARM64_WORK/buildenv
+#   toolchain/arm64.sh buildenv   only that venv
 #   toolchain/arm64.sh site    3. install the aarch64 PyPI wheels of the dependencies
 #                              (and test deps, bench peers that have one) and the
 #                              wheel into a target dir; precompile bytecode
@@ -16,15 +19,16 @@
 #
 # Everything lives under ARM64_WORK (default build/arm64 in the checkout).
 # Environment: ARM64_WORK, HOMEAGENT_TEST_SCALE (0.2 in the emulated run),
-# HOMEAGENT_TIMEOUT_SCALE (10), PYTHON (the host interpreter that builds the
-# wheel: .venv/bin/python if present, else python3; it needs cffi, setuptools,
-# wheel), PYTEST_ARGS (extra pytest arguments, e.g. "-x -k binding").
-# Idempotent: the sysroot is reused, the wheel and the site are rebuilt.
+# HOMEAGENT_TIMEOUT_SCALE (10), PYTHON (the host interpreter: .venv/bin/python
+# if present, else python3; it makes the build venv and installs the site),
+# PYTEST_ARGS (extra pytest arguments, e.g. "-x -k binding").
+# Idempotent: the sysroot and the build venv are reused, the wheel and the
+# site are rebuilt.
 set -euo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-all}" in
-    all|sysroot|wheel|site|test) job=${1:-all} ;;
+    all|sysroot|buildenv|wheel|site|test) job=${1:-all} ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac
@@ -35,6 +39,7 @@ WORK=${ARM64_WORK:-$root/build/arm64}
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 SYSROOT=$WORK/sysroot
+BUILDENV=$WORK/buildenv
 XCONF=$WORK/xconf
 DIST=$WORK/dist
 TSITE=$WORK/site
@@ -79,10 +84,44 @@ do_sysroot() {
     rm -rf "${SYSROOT:?}"/dev/*
 }
 
+# The host job's pinned versions where it has them (dev.sh's venv), for the
+# build venv (the cffi that writes the C source) and the site (the cffi it runs).
+write_constraints() {
+    : >"$WORK/constraints.txt"
+    if [ -x "$root/.venv/bin/python" ]; then
+        "$root/.venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null \
+            | grep '==' >"$WORK/constraints.txt" || true
+    fi
+}
+
+# --------------------------------------------------------- 2. the build venv
+# The wheel is built without isolation, so the build needs pyproject.toml's
+# build requirements in the interpreter that runs it. A fresh venv of
+# Debian 12's Python has setuptools 65 (the project needs 77): the build runs
+# in a venv of its own, whatever PYTHON holds.
+do_buildenv() {
+    [ -x "$BUILDENV/bin/python" ] || "$PYTHON" -m venv "$BUILDENV"
+    write_constraints
+    local requires cons=$WORK/buildenv-constraints.txt
+    mapfile -t requires < <("$BUILDENV/bin/python" -c 'import tomllib
+for r in tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]: print(r)')
+    # the host job's cffi, not its pip, setuptools or wheel, which may be too old
+    grep -Eiv '^(pip|setuptools|wheel)==' "$WORK/constraints.txt" >"$cons" || true
+    if ! "$BUILDENV/bin/python" -m pip install -q --disable-pip-version-check -c "$cons" \
+            "${requires[@]}" >"$WORK/buildenv.log" 2>&1; then
+        cat "$WORK/buildenv.log" >&2
+        echo "arm64.sh: installing the build requirements into $BUILDENV failed (log above)" >&2
+        exit 1
+    fi
+    echo "build venv: $BUILDENV ($("$BUILDENV/bin/python" -m pip list --format=freeze 2>/dev/null \
+        | grep -Ei '^(setuptools|cffi|wheel)==' | paste -sd ' '))"
+}
+
 # ------------------------------------------------------------------ 2. wheel
 do_wheel() {
     need aarch64-linux-gnu-gcc readelf
     [ -x "$SYSROOT/usr/bin/python3.11" ] || do_sysroot
+    do_buildenv
     mkdir -p "$XCONF"
     cp "$SYSROOT"/usr/lib/python3.11/_sysconfigdata__aarch64-linux-gnu.py "$XCONF"/
     rm -rf "$DIST" "$WORK/build-tmp"
@@ -101,7 +140,7 @@ do_wheel() {
             _PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__aarch64-linux-gnu \
             PYTHONPATH="$XCONF" \
             CPPFLAGS="-I$SYSROOT/usr/include/python3.11 -idirafter $SYSROOT/usr/include" \
-            "$PYTHON" -c 'import sys; from setuptools import build_meta as b; print(b.build_wheel(sys.argv[1]))' "$DIST") \
+            "$BUILDENV/bin/python" -c 'import sys; from setuptools import build_meta as b; print(b.build_wheel(sys.argv[1]))' "$DIST") \
             >"$log" 2>&1; then
         cat "$log" >&2
         echo "arm64.sh: the cross build failed (log above, also in $log)" >&2
@@ -142,12 +181,8 @@ do_site() {
     [ -f "$whl" ] || do_wheel
     rm -rf "$TSITE"
     mkdir -p "$TSITE"
-    # the host job's pinned versions where it has them (dev.sh's venv)
+    write_constraints
     local cons=$WORK/constraints.txt
-    : >"$cons"
-    if [ -x "$root/.venv/bin/python" ]; then
-        "$root/.venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null | grep '==' >"$cons" || true
-    fi
     local log=$WORK/site.log
     : >"$log"
     # the package, its dependencies and the test extra
@@ -196,12 +231,12 @@ do_test() {
     make -s -C csrc qemu OUT="$WORK/csrc" AARCH64_LIBC="$SYSROOT" "${jts[@]}"
     STAGE_TIME[c-tests]=$((SECONDS - t0))
 
-    # The suite runs from a copy: tests/ and bench/ under $TREE/main, ../shared as
+    # The suite runs from a copy: tests/, bench/ and docs/ under $TREE/main, ../shared as
     # a link beside it (the tests find fixtures at parents[2]/shared). No agent/
     # there, so the package comes from the installed wheel in $TSITE only.
     rm -rf "$TREE"
     mkdir -p "$TREE/main"
-    cp -r tests bench pyproject.toml "$TREE/main"/
+    cp -r tests bench docs pyproject.toml "$TREE/main"/
     find "$TREE/main" -name __pycache__ -prune -exec rm -rf {} +
     [ -d "$root/../shared" ] && ln -sfn "$(cd "$root/../shared" && pwd)" "$TREE/shared"
 
@@ -271,6 +306,7 @@ EOF
 
 case "$job" in
     sysroot) stage sysroot do_sysroot ;;
+    buildenv) stage buildenv do_buildenv ;;
     wheel) stage wheel do_wheel ;;
     site) stage site do_site ;;
     test) do_test ;;

@@ -7,8 +7,11 @@ nothing and says so:
 - the venv: kept when it already holds homeagent (the board recipe
   pip-installs the wheel first and runs the venv's own homeagent); with
   --wheel, created if absent and the wheel pip-installed into it
-- the units (units/ beside this file, ExecStart= at the venv's homeagent)
-  and the sysusers file
+- the units (units/ beside this file, ExecStart= at the venv's homeagent),
+  the sysusers file, and a modules-load.d file that loads the USB serial
+  drivers at boot, so that an adapter plugged in later is allowed (the
+  unit's DeviceAllow= sees only drivers loaded when it starts); on this
+  machine's running systemd they are loaded at once
 - a commented config, only where there is none: a user's is never touched
 - the credentials directory (0700) whose files systemd hands the daemon
 - /usr/local/bin/homeagent, a symlink to the venv's
@@ -46,6 +49,7 @@ DEFAULT_VENV = "/opt/homeagent"
 UNITS = ("homeagent.socket", "homeagent.service")  # the order systemctl is given them
 UNIT_DIR = "/etc/systemd/system"
 SYSUSERS = "/etc/sysusers.d/homeagent.conf"
+MODULES_LOAD = "/etc/modules-load.d/homeagent.conf"
 CONFIG_DIR = os.path.dirname(DEFAULT_PATH)
 CREDENTIALS = f"{CONFIG_DIR}/credentials"
 LINK = "/usr/local/bin/homeagent"
@@ -65,7 +69,7 @@ class InstallError(Exception):
 
 
 def shipped(name: str) -> str:
-    """A file of units/ as shipped: homeagent.service, .socket or .sysusers."""
+    """A file of units/ as shipped: homeagent.service, .socket, .sysusers or .modules-load."""
     return (_UNITS_SOURCE / name).read_text(encoding="utf-8")
 
 
@@ -152,6 +156,8 @@ def install(root: str = "/", venv: str = DEFAULT_VENV, wheel: str | None = None,
             units_changed |= _write(report, target.disk(f"{UNIT_DIR}/{name}"),
                                     unit_text(name, target.venv), 0o644)
         _write(report, target.disk(SYSUSERS), shipped("homeagent.sysusers"), 0o644)
+        modules_changed = _write(report, target.disk(MODULES_LOAD),
+                                 shipped("homeagent.modules-load"), 0o644)
         _directory(report, target.disk(CONFIG_DIR), 0o755)
         _directory(report, target.disk(CREDENTIALS), 0o700)
         config = target.disk(DEFAULT_PATH)
@@ -162,7 +168,7 @@ def install(root: str = "/", venv: str = DEFAULT_VENV, wheel: str | None = None,
         _link(report, target)
         _sysusers(report, target)
         if enable:
-            _enable(report, target, units_changed, upgraded)
+            _enable(report, target, units_changed, modules_changed, upgraded)
         else:
             report.say("units not enabled (--no-enable)")
     finally:
@@ -185,7 +191,7 @@ def uninstall(root: str = "/", venv: str = DEFAULT_VENV, purge: bool = False,
         for path in wanted:
             if not os.path.lexists(target.disk(path)):
                 report.changed(f"disabled: removed {target.disk(path)}")
-    for path in (*(f"{UNIT_DIR}/{name}" for name in UNITS), SYSUSERS):
+    for path in (*(f"{UNIT_DIR}/{name}" for name in UNITS), SYSUSERS, MODULES_LOAD):
         _remove(report, target.disk(path))
     if present and target.live:
         _run(["systemctl", "daemon-reload"])
@@ -381,17 +387,34 @@ def _sysusers(report: _Report, target: Target) -> None:
         report.say("unchanged: the user homeagent exists")
 
 
-def _enable(report: _Report, target: Target, units_changed: bool, upgraded: bool) -> None:
+def _load_modules(report: _Report) -> None:
+    """Load the modules-load.d file now, as the boot does, before the service
+    starts and resolves its DeviceAllow= drivers. Not fatal: the next boot
+    loads them too."""
+    loaded = subprocess.run(["systemctl", "restart", "systemd-modules-load.service"],
+                            stdin=subprocess.DEVNULL).returncode == 0
+    if loaded:
+        report.changed("loaded the USB serial drivers (systemd-modules-load)")
+    else:
+        report.say("could not load the USB serial drivers now (systemctl status "
+                   "systemd-modules-load): until the next boot, restart homeagent "
+                   "after plugging in a USB serial adapter")
+
+
+def _enable(report: _Report, target: Target, units_changed: bool, modules_changed: bool,
+            upgraded: bool) -> None:
     wanted = [os.path.lexists(target.disk(path)) for path in WANTS]
     if target.live:
         running = subprocess.run(["systemctl", "is-active", "--quiet", "homeagent.service"],
                                  stdin=subprocess.DEVNULL).returncode == 0
         if units_changed:
             _run(["systemctl", "daemon-reload"])
+        if modules_changed:
+            _load_modules(report)
         try:
             _systemctl(target, "enable", "--now", *UNITS)
-            if running and (units_changed or upgraded):
-                # the running daemon gets the new units or code
+            if running and (units_changed or modules_changed or upgraded):
+                # the running daemon gets the new units, device majors or code
                 _systemctl(target, "restart", "homeagent.service")
                 report.changed("restarted homeagent.service")
         except InstallError as exc:
