@@ -63,6 +63,7 @@ def main(config_path: str, environ: Mapping[str, str] = os.environ) -> int:
         print(f"homeagent: {exc}", file=sys.stderr)
         return 2
     logsetup.setup(config.daemon.log_level, environ=environ)
+    _warn(config)
     try:
         trio.run(_serve, config, environ)
     except StartupError as exc:
@@ -191,6 +192,7 @@ class _Daemon:
         if _device_settings(new) != _device_settings(old):
             log.warning("reload: the devices changed; they take effect at the next start")
         self.config = new
+        _warn(new)
         log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
                  new.default_provider)
         self.notifier.ready(f"reloaded; providers: {', '.join(new.providers)}")
@@ -205,6 +207,11 @@ class _Daemon:
             if line != last:
                 self.notifier.status(line)
                 last = line
+
+
+def _warn(config: Config) -> None:
+    for warning in config.warnings:
+        log.warning("%s", warning)
 
 
 def _device_settings(config: Config) -> dict:
