@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from agent import masking
 from agent.api import replies
 from agent.masking import MASK, Masker
 from conftest import timeout
-from daemon_harness import REPO, START_TIMEOUT, Daemon, child_env
+from daemon_harness import REPO, START_TIMEOUT, Daemon, child_env, toml_value
 
 # '/', '+' and '=' change when URL-quoted, so every form is tried for real.
 SECRET = "sk-hostile/9f8e+7d6c=5b4a"
@@ -152,10 +153,16 @@ class _Recorder:
         return lines
 
 
-def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_or_log(tmp_path, hostile):
+def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_device_or_log(
+        tmp_path, hostile):
+    heard = tmp_path / "heard"  # what a program device is given: each answer, each error
+    argv = ["sh", "-c", 'printf %s@ "$1" >> "$2"', "sh", "{text}", str(heard)]
+    speaker = ["[devices.speaker]", 'type = "command"', 'per = "answer"',
+               f"argv = {toml_value(argv)}"]
     daemon = Daemon(tmp_path, hostile, daemon={"log_level": "debug"},
                     providers={"mock": {"api_key_env": "HOSTILE_KEY"}},
-                    env={"HOSTILE_KEY": SECRET, "HOMEAGENT_LOG_PREFIX": "1"}).start()
+                    env={"HOSTILE_KEY": SECRET, "HOMEAGENT_LOG_PREFIX": "1"},
+                    extra="\n".join(speaker)).start()
     try:
         subscriber = _Recorder(daemon.socket_path)
         subscriber.until("hello")
@@ -172,6 +179,10 @@ def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_or_log(tmp_pa
         client.request(id=4, op="status")
         client.until("status")
         subscriber.until("error")  # the failed ask, shown to the subscriber too
+        deadline = time.monotonic() + timeout(10)
+        while not (heard.exists() and heard.read_text().count("@") == 2):
+            assert time.monotonic() < deadline, "the speaker did not run twice"
+            time.sleep(0.05)
     finally:
         assert daemon.stop() == 0
     assert [r["code"] for r in answered if r["type"] == "warning"] == ["unknown_sse_field"]
@@ -180,7 +191,10 @@ def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_or_log(tmp_pa
     assert failed[-1]["code"] == "provider_error"
     assert failed[-1]["message"] == "mock: Invalid key *** (quoted: ***)"
     assert MASK in json.dumps(history[-1]["turns"])
-    for received in (client.received, subscriber.received, daemon.log().encode()):
+    assert heard.read_text() == ('your key is ***; {"key": "***"}@'
+                                 'mock: Invalid key *** (quoted: ***)@')
+    for received in (client.received, subscriber.received, daemon.log().encode(),
+                     heard.read_bytes()):
         assert not any(form.encode() in received for form in FORMS)
     assert "client 1" in daemon.log()  # debug logging did write
 

@@ -273,20 +273,20 @@ def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
     line.update(reply.fields())
     if request is not None:
         line["request"] = request
-    return dump_line(_outgoing(line))
+    return dump_line(outgoing(line))
 
 
-def _outgoing(value: Any) -> Any:
-    """value as it may leave the daemon: each string (keys too) masked, each
-    float JSON cannot hold null."""
+def outgoing(value: Any) -> Any:
+    """value as it may leave the daemon, to a client or a device: each string
+    (keys too) masked, each float JSON cannot hold null."""
     if isinstance(value, str):
         return masking.mask(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {_outgoing(k): _outgoing(v) for k, v in value.items()}
+        return {outgoing(k): outgoing(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_outgoing(item) for item in value]
+        return [outgoing(item) for item in value]
     return value
 
 
