@@ -252,3 +252,34 @@ def test_serve_check_warns_of_a_key_file_others_can_read(tmp_path):
     assert checked.stderr == (f"homeagent: warning: {tmp_path}/config.toml:9: "
                               f"providers.p.api_key_file: key file {tmp_path}/p.key is readable "
                               "by group or others (mode 0o644); chmod 600 it\n")
+
+
+# ---- replies are always JSON ----
+
+def _strict(line: bytes):
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in a reply: not JSON")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_a_session_file_holding_nan_gives_replies_of_json(tmp_path):
+    sessions = tmp_path / "state" / "sessions"
+    sessions.mkdir(parents=True)
+    for name, updated in (("nan", "NaN"), ("inf", "Infinity"), ("minus", "-Infinity")):
+        (sessions / f"{name}.json").write_text(
+            f'{{"version": 1, "id": "{name}", "updated": {updated}, "turns": [\n'
+            '{"role": "user", "text": "hello"}\n]}\n')
+    daemon = Daemon(tmp_path, "http://127.0.0.1:9").start()
+    try:
+        client = _Recorder(daemon.socket_path)
+        client.until("hello")
+        client.request(id=1, op="sessions")
+        client.until("sessions")
+        client.request(id=2, op="history", session="nan")
+        client.until("history")
+    finally:
+        assert daemon.stop() == 0
+    lines = [_strict(line) for line in client.received.splitlines()]
+    assert {s["id"]: s["updated"] for s in lines[1]["sessions"]} == {
+        "inf": None, "minus": None, "nan": None}
+    assert lines[2]["turns"][0]["text"] == "hello"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from agent import masking
 from agent.service import log, systemd
 from conftest import timeout
 from daemon_harness import REPO, Daemon, MockServer, ask_text, child_env
@@ -436,3 +437,20 @@ def test_the_daemons_log_under_journald_is_one_line_a_record_httpx_included(tmp_
     lines = daemon.log().splitlines()
     assert any(line.startswith("<6>httpx: HTTP Request: POST ") for line in lines), lines
     assert [line for line in lines if not JOURNAL_LINE.match(line)] == []
+
+
+def test_log_lines_have_the_secrets_masked_in_message_arguments_and_traceback(
+        homeagent_logger, monkeypatch):
+    secret = "sk-log-secret-0123456789"
+    monkeypatch.setattr(masking, "_active", masking.Masker([secret]))
+    stream = io.StringIO()
+    log.setup("info", stream, environ={"HOMEAGENT_LOG_PREFIX": "1"})
+    try:
+        raise ValueError(f"Illegal header value b'Bearer {secret}\\n'")
+    except ValueError:
+        logging.getLogger("httpx").error(f"sent {secret}: %s", {"key": secret},
+                                         exc_info=True)
+    [line] = stream.getvalue().splitlines()
+    assert secret not in line
+    assert line.startswith("<3>httpx: sent ***: {'key': '***'}\\nTraceback")
+    assert line.endswith("ValueError: Illegal header value b'Bearer ***\\n'")
