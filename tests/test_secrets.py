@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from agent import masking
 from agent.api import replies
 from agent.masking import MASK, Masker
 from conftest import timeout
-from daemon_harness import REPO, START_TIMEOUT, Daemon, child_env, toml_value
+from daemon_harness import REPO, Daemon, Raw, child_env, toml_value
 
 # '/', '+' and '=' change when URL-quoted, so every form is tried for real.
 SECRET = "sk-hostile/9f8e+7d6c=5b4a"
@@ -125,32 +124,16 @@ def hostile():
     server.server_close()
 
 
-class _Recorder:
-    """A bare connection that keeps every byte it receives."""
+def _request(raw: Raw, **fields) -> None:
+    raw.send(json.dumps(fields).encode() + b"\n")
 
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(START_TIMEOUT)
-        self.sock.connect(path)
-        self.received = bytearray()
-        self._read = 0
 
-    def request(self, **fields) -> None:
-        self.sock.sendall(json.dumps(fields).encode() + b"\n")
-
-    def until(self, kind: str) -> list[dict]:
-        """The lines up to and including the first of type kind."""
-        lines = []
-        while not lines or lines[-1]["type"] != kind:
-            end = self.received.find(b"\n", self._read)
-            if end < 0:
-                data = self.sock.recv(65536)
-                assert data, f"connection closed before a {kind} line"
-                self.received += data
-                continue
-            lines.append(json.loads(self.received[self._read:end]))
-            self._read = end + 1
-        return lines
+def _until(raw: Raw, kind: str) -> list[dict]:
+    """The lines up to and including the first of type kind."""
+    lines = [raw.line()]
+    while lines[-1]["type"] != kind:
+        lines.append(raw.line())
+    return lines
 
 
 def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_device_or_log(
@@ -164,21 +147,21 @@ def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_device_or_log
                     env={"HOSTILE_KEY": SECRET, "HOMEAGENT_LOG_PREFIX": "1"},
                     extra="\n".join(speaker)).start()
     try:
-        subscriber = _Recorder(daemon.socket_path)
-        subscriber.until("hello")
-        subscriber.request(id="sub", op="subscribe")
-        subscriber.until("subscribed")
-        client = _Recorder(daemon.socket_path)
-        client.until("hello")
-        client.request(id=1, op="ask", prompt="echo", session="kept")
-        answered = client.until("done")
-        client.request(id=2, op="ask", prompt="fail", session="kept")
-        failed = client.until("error")
-        client.request(id=3, op="history", session="kept")
-        history = client.until("history")
-        client.request(id=4, op="status")
-        client.until("status")
-        subscriber.until("error")  # the failed ask, shown to the subscriber too
+        subscriber = Raw(daemon.socket_path)
+        _until(subscriber, "hello")
+        _request(subscriber, id="sub", op="subscribe")
+        _until(subscriber, "subscribed")
+        client = Raw(daemon.socket_path)
+        _until(client, "hello")
+        _request(client, id=1, op="ask", prompt="echo", session="kept")
+        answered = _until(client, "done")
+        _request(client, id=2, op="ask", prompt="fail", session="kept")
+        failed = _until(client, "error")
+        _request(client, id=3, op="history", session="kept")
+        history = _until(client, "history")
+        _request(client, id=4, op="status")
+        _until(client, "status")
+        _until(subscriber, "error")  # the failed ask, shown to the subscriber too
         deadline = time.monotonic() + timeout(10)
         while not (heard.exists() and heard.read_text().count("@") == 2):
             assert time.monotonic() < deadline, "the speaker did not run twice"
@@ -271,12 +254,12 @@ def test_a_session_file_holding_nan_gives_replies_of_json(tmp_path):
             '{"role": "user", "text": "hello"}\n]}\n')
     daemon = Daemon(tmp_path, "http://127.0.0.1:9").start()
     try:
-        client = _Recorder(daemon.socket_path)
-        client.until("hello")
-        client.request(id=1, op="sessions")
-        client.until("sessions")
-        client.request(id=2, op="history", session="nan")
-        client.until("history")
+        client = Raw(daemon.socket_path)
+        _until(client, "hello")
+        _request(client, id=1, op="sessions")
+        _until(client, "sessions")
+        _request(client, id=2, op="history", session="nan")
+        _until(client, "history")
     finally:
         assert daemon.stop() == 0
     lines = [_strict(line) for line in client.received.splitlines()]
