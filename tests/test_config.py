@@ -5,6 +5,7 @@ shows in a message or a repr."""
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import re
@@ -161,12 +162,6 @@ def test_document_is_valid(tmp_path):
      "unknown user 'no-such-user-ha'"),
     (5, "allow_users = [1.5]", 5, "daemon.allow_users",
      "expected user names or ids, got a float"),
-    (5, "allow_users = [-1]", 5, "daemon.allow_users",
-     "user ids are between 0 and 4294967294, got -1"),
-    (5, "allow_groups = [4294967295]", 5, "daemon.allow_groups",
-     "group ids are between 0 and 4294967294, got 4294967295"),
-    (5, 'socket_group = "4294967296"', 5, "daemon.socket_group",
-     "group ids are between 0 and 4294967294, got 4294967296"),
     (5, 'allow_users = "root"', 5, "daemon.allow_users", "expected an array, got a string"),
     (5, "allow_groups = [true]", 5, "daemon.allow_groups",
      "expected group names or ids, got a boolean"),
@@ -176,16 +171,10 @@ def test_document_is_valid(tmp_path):
      "must be an absolute path"),
     (6, "max_line_bytes = 1023", 6, "daemon.max_line_bytes",
      "must be between 1024 and 16777216, got 1023"),
-    (6, "max_line_bytes = 16777217", 6, "daemon.max_line_bytes",
-     "must be between 1024 and 16777216, got 16777217"),
     (6, 'client_queue = "256"', 6, "daemon.client_queue", "expected an integer, got a string"),
     (6, "client_queue = 15", 6, "daemon.client_queue", "must be between 16 and 65536, got 15"),
-    (6, "client_queue = 65537", 6, "daemon.client_queue",
-     "must be between 16 and 65536, got 65537"),
     (6, "shutdown_grace = -0.5", 6, "daemon.shutdown_grace",
      "must be between 0 and 3600.0, got -0.5"),
-    (6, "shutdown_grace = 1e9", 6, "daemon.shutdown_grace",
-     "must be between 0 and 3600.0, got 1000000000.0"),
     (6, "shutdown_grace = true", 6, "daemon.shutdown_grace", "expected a number, got a boolean"),
     (6, "shutdown_grace = nan", 6, "daemon.shutdown_grace",
      "expected a finite number, got nan"),
@@ -193,7 +182,6 @@ def test_document_is_valid(tmp_path):
      "must be one of debug, info, warning, error, not 'verbose'"),
     # sessions
     (9, "max_turns = 1", 9, "sessions.max_turns", "must be between 2 and 10000, got 1"),
-    (9, "max_turns = 10001", 9, "sessions.max_turns", "must be between 2 and 10000, got 10001"),
     (9, "max_bytes = 4095", 9, "sessions.max_bytes", "must be at least 4096, got 4095"),
     (9, "system_prompt = 3", 9, "sessions.system_prompt", "expected a string, got an integer"),
     # providers: the field Provider itself rejects is the key named
@@ -201,23 +189,6 @@ def test_document_is_valid(tmp_path):
      "protocol must be one of openai-chat, anthropic, openai-responses, not 'grpc'"),
     (13, 'base_url = "ftp://host/v1"', 13, "providers.a.base_url",
      "base_url must start with http:// or https://"),
-    (13, 'base_url = "http:///v1"', 13, "providers.a.base_url", "base_url has no host"),
-    (13, 'base_url = "http://:8080/v1"', 13, "providers.a.base_url", "base_url has no host"),
-    (13, 'base_url = "http://host /v1"', 13, "providers.a.base_url",
-     "base_url must not hold spaces or control characters"),
-    (13, 'base_url = "http://host/v1\\n"', 13, "providers.a.base_url",
-     "base_url must not hold spaces or control characters"),
-    (13, 'base_url = "http://host:65536/v1"', 13, "providers.a.base_url",
-     "base_url has a port that is not a number from 1 to 65535"),
-    (13, 'base_url = "http://host:0/v1"', 13, "providers.a.base_url",
-     "base_url has a port that is not a number from 1 to 65535"),
-    (13, 'base_url = "http://host:http/v1"', 13, "providers.a.base_url",
-     "base_url has a port that is not a number from 1 to 65535"),
-    (13, 'base_url = "http://host/v1?key=1"', 13, "providers.a.base_url",
-     "base_url must not have a query or a fragment: the request path is appended to it"),
-    (13, 'base_url = "http://user:pw@host/v1"', 13, "providers.a.base_url",
-     "base_url must not hold a user or password (user:password@); give the key with "
-     "api_key_env or api_key_file"),
     (15, "read_timeout = 0", 15, "providers.a.read_timeout", "read_timeout must be positive"),
     (15, "connect_timeout = -1", 15, "providers.a.connect_timeout",
      "connect_timeout must be positive"),
@@ -273,6 +244,48 @@ def test_bad_value_names_key_and_line(tmp_path, number, replacement, line, key, 
     assert (error.path, error.line, error.key, error.problem) == (path, line, key, problem)
     assert str(error) == (f"{path}:{line}: {key}: {problem}" if key
                           else f"{path}:{line}: {problem}")
+
+
+# chown() reads (uid_t)-1, 4294967295, as "leave it": no id may be that or beyond.
+@pytest.mark.parametrize("setting, key, kind, number", [
+    ("allow_users = [-1]", "allow_users", "user", -1),
+    ("allow_groups = [4294967295]", "allow_groups", "group", 4294967295),
+    ('socket_group = "4294967296"', "socket_group", "group", 4294967296)])
+def test_an_id_beyond_uid_t_is_refused(tmp_path, setting, key, kind, number):
+    error = load_error(tmp_path, with_line(5, setting))
+    assert (error.line, error.key, error.problem) == (
+        5, f"daemon.{key}", f"{kind} ids are between 0 and 4294967294, got {number}")
+
+
+@pytest.mark.parametrize("line, key, low, high", [
+    (6, "daemon.max_line_bytes", 1024, 16777216), (6, "daemon.client_queue", 16, 65536),
+    (6, "daemon.shutdown_grace", 0, 3600.0), (9, "sessions.max_turns", 2, 10000)])
+def test_what_a_client_or_peer_makes_the_daemon_hold_has_an_upper_bound(tmp_path, line, key,
+                                                                         low, high):
+    name = key.split(".")[1]
+    load_text(tmp_path, with_line(line, f"{name} = {high}"))
+    error = load_error(tmp_path, with_line(line, f"{name} = {high * 2}"))
+    assert (error.line, error.key, error.problem) == (
+        line, key, f"must be between {low} and {high}, got {high * 2}")
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("http:///v1", "has no host"),
+    ("http://:8080/v1", "has no host"),
+    ("http://host /v1", "must not hold spaces or control characters"),
+    ("http://host/v1\n", "must not hold spaces or control characters"),
+    ("http://host:65536/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host:0/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host:http/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host/v1?key=1",
+     "must not have a query or a fragment: the request path is appended to it"),
+    ("http://user:pw@host/v1", "must not hold a user or password (user:password@); give the "
+     "key with api_key_env or api_key_file"),
+])
+def test_a_base_url_that_would_fail_later_is_refused(tmp_path, url, problem):
+    error = load_error(tmp_path, with_line(13, f"base_url = {json.dumps(url)}"))
+    assert (error.line, error.key, error.problem) == (13, "providers.a.base_url",
+                                                      f"base_url {problem}")
 
 
 @pytest.mark.parametrize("number, replacement, key, what", [
