@@ -80,8 +80,8 @@ class Provider:
         for name, value in self.headers.items():
             if name.lower() in SECRET_HEADERS:
                 found.append(value)
-                credential = value.partition(" ")[2].strip()
-                if credential:
+                credential = value.rpartition(" ")[2]
+                if credential != value:
                     found.append(credential)
         return tuple(found)
 
