@@ -46,6 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"homeagent: {exc}", file=sys.stderr)
             return 2
+        for warning in config.warnings:
+            print(f"homeagent: warning: {warning}", file=sys.stderr)
         print(f"{config.path}: ok; providers: {', '.join(config.providers)} "
               f"(default {config.default_provider})")
         return 0

@@ -199,13 +199,15 @@ class Daemon:
 
 
 class Raw:
-    """A bare socket to the daemon: bytes out, reply lines in."""
+    """A bare socket to the daemon: bytes out, reply lines in; received keeps
+    every byte that came in, for tests that look at the bytes themselves."""
 
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(START_TIMEOUT)
         self.sock.connect(path)
         self._buffer = bytearray()
+        self.received = bytearray()
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -216,6 +218,7 @@ class Raw:
             if not data:
                 raise EOFError(f"connection closed; {len(self._buffer)} bytes without a newline")
             self._buffer += data
+            self.received += data
         line, _, rest = bytes(self._buffer).partition(b"\n")
         self._buffer[:] = rest
         return json.loads(line)

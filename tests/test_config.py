@@ -5,6 +5,7 @@ shows in a message or a repr."""
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import re
@@ -161,7 +162,6 @@ def test_document_is_valid(tmp_path):
      "unknown user 'no-such-user-ha'"),
     (5, "allow_users = [1.5]", 5, "daemon.allow_users",
      "expected user names or ids, got a float"),
-    (5, "allow_users = [-1]", 5, "daemon.allow_users", "user ids are not negative, got -1"),
     (5, 'allow_users = "root"', 5, "daemon.allow_users", "expected an array, got a string"),
     (5, "allow_groups = [true]", 5, "daemon.allow_groups",
      "expected group names or ids, got a boolean"),
@@ -169,17 +169,19 @@ def test_document_is_valid(tmp_path):
      "unknown group 'no-such-group-ha'"),
     (5, 'state_directory = "var/lib/ha"', 5, "daemon.state_directory",
      "must be an absolute path"),
-    (6, "max_line_bytes = 1023", 6, "daemon.max_line_bytes", "must be at least 1024, got 1023"),
+    (6, "max_line_bytes = 1023", 6, "daemon.max_line_bytes",
+     "must be between 1024 and 16777216, got 1023"),
     (6, 'client_queue = "256"', 6, "daemon.client_queue", "expected an integer, got a string"),
-    (6, "client_queue = 15", 6, "daemon.client_queue", "must be at least 16, got 15"),
-    (6, "shutdown_grace = -0.5", 6, "daemon.shutdown_grace", "must be at least 0, got -0.5"),
+    (6, "client_queue = 15", 6, "daemon.client_queue", "must be between 16 and 65536, got 15"),
+    (6, "shutdown_grace = -0.5", 6, "daemon.shutdown_grace",
+     "must be between 0 and 3600.0, got -0.5"),
     (6, "shutdown_grace = true", 6, "daemon.shutdown_grace", "expected a number, got a boolean"),
     (6, "shutdown_grace = nan", 6, "daemon.shutdown_grace",
      "expected a finite number, got nan"),
     (6, 'log_level = "verbose"', 6, "daemon.log_level",
      "must be one of debug, info, warning, error, not 'verbose'"),
     # sessions
-    (9, "max_turns = 1", 9, "sessions.max_turns", "must be at least 2, got 1"),
+    (9, "max_turns = 1", 9, "sessions.max_turns", "must be between 2 and 10000, got 1"),
     (9, "max_bytes = 4095", 9, "sessions.max_bytes", "must be at least 4096, got 4095"),
     (9, "system_prompt = 3", 9, "sessions.system_prompt", "expected a string, got an integer"),
     # providers: the field Provider itself rejects is the key named
@@ -206,6 +208,20 @@ def test_document_is_valid(tmp_path):
     # an inline table's entry is found at the line of the table
     (22, "headers = { x-extra = 1 }", 22, 'providers."b.c".headers.x-extra',
      "expected a string, got an integer"),
+    (22, 'headers = { x-extra = "1\\r\\nx-injected: 1" }', 22, 'providers."b.c".headers.x-extra',
+     "a header value is printable ASCII, spaces inside only (no CR, LF or other control "
+     "character)"),
+    (22, 'headers = { x-extra = "caf\u00e9" }', 22, 'providers."b.c".headers.x-extra',
+     "a header value is printable ASCII, spaces inside only (no CR, LF or other control "
+     "character)"),
+    (22, 'headers = { "x extra" = "1" }', 22, 'providers."b.c".headers."x extra"',
+     "a header name is letters, digits and !#$%&'*+-.^_`|~"),
+    (22, 'headers = { "x-extra:" = "1" }', 22, 'providers."b.c".headers."x-extra:"',
+     "a header name is letters, digits and !#$%&'*+-.^_`|~"),
+    (22, 'headers = { authorization = "Bearer short" }', 22,
+     'providers."b.c".headers.authorization',
+     "the header holds a key of 5 characters; at least 8 are needed to mask it in replies "
+     "and logs"),
     (17, '[providers."b c"]', 17, 'providers."b c"',
      "a provider name is 1 to 64 letters, digits, '_', '.' or '-'"),
     (17, "[providers.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb]", 17,
@@ -228,6 +244,48 @@ def test_bad_value_names_key_and_line(tmp_path, number, replacement, line, key, 
     assert (error.path, error.line, error.key, error.problem) == (path, line, key, problem)
     assert str(error) == (f"{path}:{line}: {key}: {problem}" if key
                           else f"{path}:{line}: {problem}")
+
+
+# chown() reads (uid_t)-1, 4294967295, as "leave it": no id may be that or beyond.
+@pytest.mark.parametrize("setting, key, kind, number", [
+    ("allow_users = [-1]", "allow_users", "user", -1),
+    ("allow_groups = [4294967295]", "allow_groups", "group", 4294967295),
+    ('socket_group = "4294967296"', "socket_group", "group", 4294967296)])
+def test_an_id_beyond_uid_t_is_refused(tmp_path, setting, key, kind, number):
+    error = load_error(tmp_path, with_line(5, setting))
+    assert (error.line, error.key, error.problem) == (
+        5, f"daemon.{key}", f"{kind} ids are between 0 and 4294967294, got {number}")
+
+
+@pytest.mark.parametrize("line, key, low, high", [
+    (6, "daemon.max_line_bytes", 1024, 16777216), (6, "daemon.client_queue", 16, 65536),
+    (6, "daemon.shutdown_grace", 0, 3600.0), (9, "sessions.max_turns", 2, 10000)])
+def test_what_a_client_or_peer_makes_the_daemon_hold_has_an_upper_bound(tmp_path, line, key,
+                                                                         low, high):
+    name = key.split(".")[1]
+    load_text(tmp_path, with_line(line, f"{name} = {high}"))
+    error = load_error(tmp_path, with_line(line, f"{name} = {high * 2}"))
+    assert (error.line, error.key, error.problem) == (
+        line, key, f"must be between {low} and {high}, got {high * 2}")
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("http:///v1", "has no host"),
+    ("http://:8080/v1", "has no host"),
+    ("http://host /v1", "must not hold spaces or control characters"),
+    ("http://host/v1\n", "must not hold spaces or control characters"),
+    ("http://host:65536/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host:0/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host:http/v1", "has a port that is not a number from 1 to 65535"),
+    ("http://host/v1?key=1",
+     "must not have a query or a fragment: the request path is appended to it"),
+    ("http://user:pw@host/v1", "must not hold a user or password (user:password@); give the "
+     "key with api_key_env or api_key_file"),
+])
+def test_a_base_url_that_would_fail_later_is_refused(tmp_path, url, problem):
+    error = load_error(tmp_path, with_line(13, f"base_url = {json.dumps(url)}"))
+    assert (error.line, error.key, error.problem) == (13, "providers.a.base_url",
+                                                      f"base_url {problem}")
 
 
 @pytest.mark.parametrize("number, replacement, key, what", [
@@ -354,11 +412,11 @@ def test_a_path_is_found_under_systemds_name_for_a_directory_credential(tmp_path
     # LoadCredential=credentials:/etc/homeagent/credentials gives each file
     # the name credentials_FILE; by hand, the same line reads the file itself.
     path = write(tmp_path / "etc", LOCAL + 'api_key_file = "credentials/openai.key"\n')
-    write(tmp_path / "etc" / "credentials", "by-hand\n", "openai.key")
+    write(tmp_path / "etc" / "credentials", "from-by-hand\n", "openai.key")
     write(tmp_path / "run", "from-systemd\n", "credentials_openai.key")
     under_systemd = load(path, {"CREDENTIALS_DIRECTORY": str(tmp_path / "run")})
     assert under_systemd.providers["local"].provider.api_key == "from-systemd"
-    assert load(path, {}).providers["local"].provider.api_key == "by-hand"
+    assert load(path, {}).providers["local"].provider.api_key == "from-by-hand"
 
 
 @pytest.mark.parametrize("lines, environ, files, problem", [
@@ -368,6 +426,19 @@ def test_a_path_is_found_under_systemds_name_for_a_directory_credential(tmp_path
     ('api_key_file = "absent.key"', {"CREDENTIALS_DIRECTORY": "{dir}/creds"}, {},
      "key file not found: {dir}/creds/absent.key nor {dir}/absent.key"),
     ('api_key_file = "empty.key"', {}, {"empty.key": " \n"}, "key file {dir}/empty.key is empty"),
+    # a key a header cannot carry, or the masker cannot hide
+    ('api_key_env = "HA_KEY"', {"HA_KEY": SECRET[:9] + "\n" + SECRET[9:]}, {},
+     "environment variable HA_KEY holds whitespace, a control character or a non-ASCII "
+     "character in the key; a key is one token of printable ASCII"),
+    ('api_key_file = "spaced.key"', {}, {"spaced.key": f"{SECRET[:9]} {SECRET[9:]}\n"},
+     "key file {dir}/spaced.key holds whitespace, a control character or a non-ASCII "
+     "character in the key; a key is one token of printable ASCII"),
+    ('api_key_file = "nul.key"', {}, {"nul.key": f"{SECRET}\0"},
+     "key file {dir}/nul.key holds whitespace, a control character or a non-ASCII "
+     "character in the key; a key is one token of printable ASCII"),
+    ('api_key_env = "HA_KEY"', {"HA_KEY": SECRET[:7]}, {},
+     "environment variable HA_KEY holds a key of 7 characters; at least 8 are needed to "
+     "mask it in replies and logs"),
     ('api_key_file = "binary.key"', {}, {"binary.key": b"\xff" + SECRET.encode()},
      "cannot read {dir}/binary.key: not UTF-8 text"),
     ('api_key_file = "dir.key"', {}, {"dir.key/x": SECRET}, "cannot read {dir}/dir.key: "
@@ -451,3 +522,15 @@ def test_default_config_comments_show_the_defaults():
     uncommented = re.sub(r"^# (?=[a-z_]+ = )", "", text, flags=re.M)
     uncommented = uncommented.replace('api_key_env = "OPENAI_API_KEY"', "")
     assert parse(uncommented, "config.toml", {}) == parse(text, "config.toml", {})
+
+
+@pytest.mark.parametrize("mode, warned", [(0o600, False), (0o400, False), (0o640, True),
+                                          (0o604, True)])
+def test_a_key_file_others_can_read_is_warned_about(tmp_path, mode, warned):
+    write(tmp_path, SECRET, "openai.key")
+    os.chmod(tmp_path / "openai.key", mode)
+    config = load_text(tmp_path, LOCAL + 'api_key_file = "openai.key"\n')
+    path = tmp_path / "config.toml"
+    expected = (f"{path}:5: providers.local.api_key_file: key file {tmp_path}/openai.key is "
+                f"readable by group or others (mode 0o{mode:03o}); chmod 600 it")
+    assert config.warnings == ((expected,) if warned else ())

@@ -4,7 +4,9 @@ the retry, timeout and error rules of stream_answer."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -419,22 +421,25 @@ async def test_401_carries_the_provider_message_and_never_the_key(nursery, proto
 
 @pytest.mark.trio
 async def test_error_message_with_the_key_in_it_is_redacted(nursery):
-    key = "sk-echoed-9999"
+    key, token = "sk-echoed/9999", "hdr-token-77"
+    echoed = f"{key} (as sent: {quote(key, safe='')}), header {token}"
 
     class Echo(MockApp):
         def handle(self, connection, method, target, headers, body):
             reply = super().handle(connection, method, target, headers, body)
             if target.startswith("/v1/"):
-                reply.parts = [f'{{"error": "Incorrect API key provided: {key}"}}'.encode()]
+                reply.parts = [json.dumps({"error": f"Incorrect API key provided: {echoed}"})
+                               .encode()]
                 reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
             return reply
 
     mock = await start(nursery, Echo())
     async with httpx.AsyncClient() as client:
         with pytest.raises(ProviderHTTPError) as caught:
-            await stream_answer(client, mock.provider("openai-chat", api_key=key),
+            await stream_answer(client, mock.provider("openai-chat", api_key=key,
+                                                      headers={"api-key": token}),
                                 Conversation(turns=[UserTurn("Hi")]))
-    assert caught.value.message == "Incorrect API key provided: ***"
+    assert caught.value.message == "Incorrect API key provided: *** (as sent: ***), header ***"
 
 
 # ---- keep-alive ----
@@ -462,3 +467,11 @@ def test_retry_after_in_seconds_or_as_an_http_date(value, expected):
 
     now = 1795953600.0  # 2026-11-29 12:00:00 GMT
     assert retry_after(value, now) == expected
+
+
+def test_a_providers_secrets_are_its_key_and_its_credential_headers():
+    provider = Provider("p", "openai-chat", "http://127.0.0.1:9/v1", "m", api_key="sk-key-1234",
+                        headers={"Proxy-Authorization": "Basic dXNlcjpwYXNz",
+                                 "x-api-key": "plain-token-1", "x-trace": "on"})
+    assert provider.secrets() == ("sk-key-1234", "Basic dXNlcjpwYXNz", "dXNlcjpwYXNz",
+                                  "plain-token-1")

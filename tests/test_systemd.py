@@ -8,20 +8,25 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 import trio
 
+from agent import masking
 from agent.service import log, systemd
 from conftest import timeout
+from daemon_harness import REPO, Daemon, MockServer, ask_text, child_env
 
 # where `agent` was imported from (the checkout, or the installed wheel of an emulated
 # run) ahead of the path the tests were started with
@@ -60,12 +65,16 @@ def receiver(tmp_path):
 
 
 @pytest.fixture
-def homeagent_logger():
-    """Put the "homeagent" logger back as it was: log.setup() changes process state."""
-    logger = logging.getLogger("homeagent")
-    saved = logger.handlers[:], logger.level, logger.propagate
+def homeagent_logger(monkeypatch):
+    """Put the loggers and hooks back as they were: log.setup() changes process state."""
+    logger, root = logging.getLogger("homeagent"), logging.getLogger()
+    saved = logger.level, root.handlers[:], root.level
+    for hook in ("excepthook", "unraisablehook"):
+        monkeypatch.setattr(sys, hook, getattr(sys, hook))
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
     yield logger
-    logger.handlers[:], logger.level, logger.propagate = saved
+    logging.captureWarnings(False)
+    logger.level, root.handlers[:], root.level = saved
 
 
 # ------------------------------------------------------------------ sd_notify
@@ -357,7 +366,9 @@ def test_log_setup_is_idempotent_and_levels_change(homeagent_logger):
     first, second = io.StringIO(), io.StringIO()
     log.setup("info", first, environ={})
     log.setup("warning", second, environ={})
-    assert len(homeagent_logger.handlers) == 1
+    ours = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)
+            and h.stream in (first, second)]
+    assert len(ours) == 1
     logger = logging.getLogger("homeagent.test")
     logger.info("hidden")
     logger.warning("shown")
@@ -368,4 +379,78 @@ def test_log_setup_is_idempotent_and_levels_change(homeagent_logger):
         "homeagent.test: shown", "homeagent.test: now shown"]
     with pytest.raises(ValueError, match="verbose"):
         log.setup("verbose", first, environ={})
-    assert homeagent_logger.handlers[0].stream is second
+    assert [h.stream for h in logging.getLogger().handlers
+            if isinstance(h, logging.StreamHandler) and h.stream in (first, second)] == [second]
+
+
+# Whatever logs, a record is one line: "<priority>logger: message".
+JOURNAL_LINE = re.compile(r"<[0-7]>[\w.]+: \S")
+
+
+def test_library_records_warnings_and_uncaught_errors_take_the_one_line_way(
+        homeagent_logger):
+    stream = io.StringIO()
+    log.setup("info", stream, environ={"HOMEAGENT_LOG_PREFIX": "1"})
+    logging.getLogger("trio").error("task failed:\nsecond line")
+    logging.getLogger("httpx").info("HTTP Request: below the libraries' warning level")
+    try:
+        raise OSError("connection\nlost")
+    except OSError:
+        logging.getLogger("httpcore.connection").warning("closing", exc_info=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("deprecated\nthing", DeprecationWarning)
+    thread = threading.Thread(target=lambda: 1 / 0, name="worker")
+    thread.start()
+    thread.join()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == r"<3>trio: task failed:\nsecond line"
+    assert lines[1].startswith(r"<4>httpcore.connection: closing\nTraceback (most recent")
+    assert lines[1].endswith(r"OSError: connection\nlost")
+    assert lines[2].startswith("<4>py.warnings: ") and "deprecated\\nthing" in lines[2]
+    assert lines[3].startswith(r"<2>homeagent: uncaught exception in thread worker\nTraceback")
+    assert len(lines) == 4 and all(JOURNAL_LINE.match(line) for line in lines)
+
+
+def test_an_uncaught_exception_in_a_real_process_is_one_journal_line(tmp_path):
+    script = ("from agent.service import log\nlog.setup('info')\n"
+              "raise RuntimeError('first\\nsecond')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=child_env({"HOMEAGENT_LOG_PREFIX": "1"}), cwd=REPO,
+                          timeout=timeout(30))
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith(r"<2>homeagent: uncaught exception\nTraceback (most recent call")
+    assert line.endswith(r"RuntimeError: first\nsecond")
+
+
+def test_the_daemons_log_under_journald_is_one_line_a_record_httpx_included(tmp_path):
+    mock = MockServer.start()
+    try:
+        daemon = Daemon(tmp_path, mock.url, daemon={"log_level": "debug"},
+                        env={"HOMEAGENT_LOG_PREFIX": "1"}).start()
+        with daemon.client() as client:
+            ask_text(client, "Hello")
+        assert daemon.stop() == 0
+    finally:
+        mock.stop()
+    lines = daemon.log().splitlines()
+    assert any(line.startswith("<6>httpx: HTTP Request: POST ") for line in lines), lines
+    assert [line for line in lines if not JOURNAL_LINE.match(line)] == []
+
+
+def test_log_lines_have_the_secrets_masked_in_message_arguments_and_traceback(
+        homeagent_logger, monkeypatch):
+    secret = "sk-log-secret-0123456789"
+    monkeypatch.setattr(masking, "_active", masking.Masker([secret]))
+    stream = io.StringIO()
+    log.setup("info", stream, environ={"HOMEAGENT_LOG_PREFIX": "1"})
+    try:
+        raise ValueError(f"Illegal header value b'Bearer {secret}\\n'")
+    except ValueError:
+        logging.getLogger("httpx").error(f"sent {secret}: %s", {"key": secret},
+                                         exc_info=True)
+    [line] = stream.getvalue().splitlines()
+    assert secret not in line
+    assert line.startswith("<3>httpx: sent ***: {'key': '***'}\\nTraceback")
+    assert line.endswith("ValueError: Illegal header value b'Bearer ***\\n'")

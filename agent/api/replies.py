@@ -6,8 +6,13 @@ reply into its line, with the id of the request it answers (or of the
 subscription it is shown to) and, for subscribers, the ask it came from. The
 same replies go to the devices (agent/devices/hub.py), as `fields()`.
 
-This module loads json and enum only: the blocking client (client.py) uses
-it too, and must start without trio, httpx or the C core.
+Every line encode() makes has the configured secrets masked in each of its
+strings (agent/masking.py) and a float JSON cannot hold (NaN, Infinity, as
+a damaged session file may give) as null: what leaves is always JSON, and
+never a key.
+
+This module loads json, enum and agent.masking only: the blocking client
+(client.py) uses it too, and must start without trio, httpx or the C core.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from typing import Any, ClassVar, Mapping
+
+from agent import masking
 
 PROTOCOL_VERSION = 1
 
@@ -250,20 +258,36 @@ class _Unaddressed:
 
 UNADDRESSED: Any = _Unaddressed()  # a reply without an id: hello, shutdown, a device's state
 
-_UTF8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ASCII = json.JSONEncoder(separators=(",", ":"))
+# allow_nan=False: a bare NaN would be no JSON; encode() has made them null already.
+_UTF8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
            request: Mapping[str, Any] | None = None) -> bytes:
     """The line of a reply: id (when addressed; None is null), type, the
-    reply's fields, then request (the ask a subscriber is shown)."""
+    reply's fields, then request (the ask a subscriber is shown); secrets
+    masked, NaN and Infinity null."""
     line = {} if request_id is UNADDRESSED else {"id": request_id}
     line["type"] = reply.type
     line.update(reply.fields())
     if request is not None:
         line["request"] = request
-    return dump_line(line)
+    return dump_line(outgoing(line))
+
+
+def outgoing(value: Any) -> Any:
+    """value as it may leave the daemon, to a client or a device: each string
+    (keys too) masked, each float JSON cannot hold null."""
+    if isinstance(value, str):
+        return masking.mask(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {outgoing(k): outgoing(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [outgoing(item) for item in value]
+    return value
 
 
 def dump_line(value: Mapping[str, Any]) -> bytes:

@@ -185,7 +185,7 @@ class DeviceHub:
     async def publish(self, reply: replies.Reply, request: Mapping[str, Any]) -> None:
         """One reply of an ask to every device that wants it."""
         kind = reply.type
-        data = reply.fields()
+        data, request = replies.outgoing(reply.fields()), replies.outgoing(request)
         key = (request.get("client"), request.get("id"), request.get("device"))
         is_delta = isinstance(reply, replies.Delta)
         for running in self._devices.values():

@@ -37,6 +37,7 @@ from typing import Awaitable, Callable
 import httpx
 import trio
 
+from agent.masking import Masker
 from agent.providers.requests import Conversation, Provider, Tool, build_request
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
@@ -200,9 +201,8 @@ async def _http_error(provider: Provider, response: httpx.Response) -> ProviderH
     except httpx.TransportError:
         pass  # the status alone still says what happened
     message = _error_message(bytes(body)) or response.reason_phrase or "no error message"
-    if provider.api_key:
-        # Some providers echo a wrong key back in their message.
-        message = message.replace(provider.api_key, "***")
+    # Some providers echo a wrong key back in their message.
+    message = Masker(provider.secrets()).mask(message)
     return ProviderHTTPError(provider.name, response.status_code, message[:ERROR_MESSAGE_LIMIT],
                              retry_after(response.headers.get("retry-after")))
 

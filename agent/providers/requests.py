@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
 
@@ -51,9 +52,9 @@ class Provider:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"provider {self.name!r}: protocol must be one of "
                              f"{', '.join(PROTOCOLS)}, not {self.protocol!r}")
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"provider {self.name!r}: base_url must start with "
-                             "http:// or https://")
+        problem = base_url_problem(self.base_url)
+        if problem is not None:
+            raise ValueError(f"provider {self.name!r}: base_url {problem}")
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"provider {self.name!r}: {name} must be positive")
@@ -70,6 +71,45 @@ class Provider:
         return f"Provider({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     __str__ = __repr__
+
+    def secrets(self) -> tuple[str, ...]:
+        """What this provider sends that must never be shown: the key and the
+        values of credential headers, with the credential of "SCHEME CREDENTIAL"
+        also alone (a server quotes the token it refused, not the header)."""
+        found = [self.api_key] if self.api_key else []
+        for name, value in self.headers.items():
+            if name.lower() in SECRET_HEADERS:
+                found.append(value)
+                credential = value.rpartition(" ")[2]
+                if credential != value:
+                    found.append(credential)
+        return tuple(found)
+
+
+def base_url_problem(url: str) -> str | None:
+    """What makes url unusable as a base_url (the words after "base_url"), or None.
+    Checked here, at load, so that no ask fails on it later."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return "must not hold spaces or control characters"
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        # httpx would send user:password as Basic auth in place of the key,
+        # and every echo of the URL would show it.
+        return ("must not hold a user or password (user:password@); give the key "
+                "with api_key_env or api_key_file")
+    if not parts.hostname:
+        return "has no host"
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0  # not a number, or beyond 65535
+    if port == 0:
+        return "has a port that is not a number from 1 to 65535"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not have a query or a fragment: the request path is appended to it"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from typing import Any, Mapping
 from agent.devices import device_types
 from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
 from agent.devices.hub import DeviceSpec
-from agent.providers.requests import Provider
+from agent.masking import MIN_SECRET_CHARS
+from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_lines import syntax_error
 from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
 from agent.service.config_schema import (Config, DaemonConfig, ProviderEntry,
@@ -36,6 +37,16 @@ DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
+HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # printable ASCII
+SECRET = re.compile(r"[\x21-\x7e]+")  # one token of printable ASCII: what a header carries
+# chown() takes (uid_t)-1 for "unchanged": the highest id a user or group may have is one less.
+MAX_ID = 2**32 - 2
+# Upper bounds sized for a board: each is memory or time the daemon holds per client or ask.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_CLIENT_QUEUE = 65536
+MAX_TURNS = 10000
+MAX_SHUTDOWN_GRACE = 3600.0
 
 _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
@@ -74,12 +85,13 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
     root = Table(Source(path, text), (), document, _ROOT_KEYS)
     daemon = _daemon(root.table("daemon", _DAEMON_KEYS), environ)
     sessions = _sessions(root.table("sessions", _SESSION_KEYS))
-    providers = _providers(root.table("providers"), environ, os.path.dirname(path))
+    warnings: list[str] = []
+    providers = _providers(root.table("providers"), environ, os.path.dirname(path), warnings)
     devices = _devices(root.table("devices"))
     return Config(path=path, daemon=daemon, sessions=sessions,
                   providers=MappingProxyType(providers),
                   default_provider=_default_provider(root, providers),
-                  devices=MappingProxyType(devices))
+                  devices=MappingProxyType(devices), warnings=tuple(warnings))
 
 
 def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
@@ -145,9 +157,9 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
         allow_users=_ids(table, "allow_users", "user"),
         allow_groups=_ids(table, "allow_groups", "group"),
         state_directory=_state_directory(table, environ),
-        max_line_bytes=table.integer("max_line_bytes", 65536, 1024),
-        client_queue=table.integer("client_queue", 256, 16),
-        shutdown_grace=table.number("shutdown_grace", 10.0, 0),
+        max_line_bytes=table.integer("max_line_bytes", 65536, 1024, MAX_LINE_BYTES),
+        client_queue=table.integer("client_queue", 256, 16, MAX_CLIENT_QUEUE),
+        shutdown_grace=table.number("shutdown_grace", 10.0, 0, MAX_SHUTDOWN_GRACE),
         log_level=log_level)
 
 
@@ -155,7 +167,7 @@ def _sessions(table: Table) -> SessionConfig:
     return SessionConfig(
         system_prompt=table.get("system_prompt", str,
                                 "You are a helpful assistant in a home.") or None,
-        max_turns=table.integer("max_turns", 50, 2),
+        max_turns=table.integer("max_turns", 50, 2, MAX_TURNS),
         max_bytes=table.integer("max_bytes", 262144, 4096),
         max_tool_steps=table.integer("max_tool_steps", 8, 1, 64))
 
@@ -224,25 +236,27 @@ def _tool(device: Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
                     tool.positive("timeout", 10.0))
 
 
-def _providers(table: Table, environ: Mapping[str, str],
-               config_dir: str) -> dict[str, ProviderEntry]:
+def _providers(table: Table, environ: Mapping[str, str], config_dir: str,
+               warnings: list[str]) -> dict[str, ProviderEntry]:
     if not table.values:
         raise table.error(None, "at least one provider is required")
     for name in table.values:
         if not PROVIDER_NAME.fullmatch(name):
             raise table.error(name, "a provider name is 1 to 64 letters, digits, '_', '.' or '-'")
-    return {name: _provider(table.table(name, _PROVIDER_KEYS), environ, config_dir)
+    return {name: _provider(table.table(name, _PROVIDER_KEYS), environ, config_dir, warnings)
             for name in table.values}
 
 
-def _provider(table: Table, environ: Mapping[str, str], config_dir: str) -> ProviderEntry:
+def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
+              warnings: list[str]) -> ProviderEntry:
     name = table.key[-1]
     settings = {key: table.get(key, str) for key in ("protocol", "base_url", "model")}
     if not settings["model"]:
         raise table.error("model", "must not be empty")
     settings.update({key: table.get(key, kind) for key, kind in _PROVIDER_OPTIONAL.items()
                      if key in table.values})
-    settings.update(headers=_headers(table), api_key=_api_key(table, environ, config_dir))
+    settings.update(headers=_headers(table),
+                    api_key=_api_key(table, environ, config_dir, warnings))
     try:
         provider = Provider(name=name, **settings)
     except ValueError as error:
@@ -254,13 +268,24 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str) -> Prov
 
 
 def _headers(table: Table) -> dict[str, str]:
+    """Names and values a request can carry: a CR or LF would end the header
+    (httpx refuses it, failing every ask), other bytes break it."""
     headers = table.table("headers")
     for name in headers.values:
-        headers.get(name, str)
+        value = headers.get(name, str)
+        if not HEADER_NAME.fullmatch(name):
+            raise headers.error(name, "a header name is letters, digits and !#$%&'*+-.^_`|~")
+        if not HEADER_VALUE.fullmatch(value):
+            raise headers.error(name, "a header value is printable ASCII, spaces inside only "
+                                      "(no CR, LF or other control character)")
+        if name.lower() in SECRET_HEADERS:
+            # "SCHEME CREDENTIAL" or the credential alone
+            _check_secret(headers, name, value.rpartition(" ")[2], "the header")
     return dict(headers.values)
 
 
-def _api_key(table: Table, environ: Mapping[str, str], config_dir: str) -> str:
+def _api_key(table: Table, environ: Mapping[str, str], config_dir: str,
+             warnings: list[str]) -> str:
     """The key named by api_key_env or api_key_file, or "" for none. Messages
     name the variable or the file, never what is in it."""
     variable = table.get("api_key_env", str, None)
@@ -285,13 +310,20 @@ def _api_key(table: Table, environ: Mapping[str, str], config_dir: str) -> str:
     for candidate in candidates:
         try:
             with open(candidate, encoding="utf-8") as file:
-                return _secret(table, "api_key_file", file.read(), f"key file {candidate}")
+                key = _secret(table, "api_key_file", file.read(), f"key file {candidate}")
+                mode = os.fstat(file.fileno()).st_mode
         except FileNotFoundError:
             continue
         except OSError as error:
             problem = error.strerror
         except UnicodeDecodeError:
             problem = "not UTF-8 text"
+        else:
+            if mode & 0o077:
+                warnings.append(str(table.error(
+                    "api_key_file", f"key file {candidate} is readable by group or others "
+                    f"(mode 0o{mode & 0o777:03o}); chmod 600 it")))
+            return key
         raise table.error("api_key_file", f"cannot read {candidate}: {problem}")
     raise table.error("api_key_file", f"key file not found: {' nor '.join(candidates)}")
 
@@ -300,7 +332,20 @@ def _secret(table: Table, key: str, raw: str, source: str) -> str:
     """raw without surrounding whitespace (a key file's final newline)."""
     if not raw.strip():
         raise table.error(key, f"{source} is empty")
-    return raw.strip()
+    return _check_secret(table, key, raw.strip(), source)
+
+
+def _check_secret(table: Table, key: str, secret: str, source: str) -> str:
+    """secret, if a header can carry it and the masker can hide it; the
+    message says what is wrong, never what the secret is."""
+    if not SECRET.fullmatch(secret):
+        raise table.error(key, f"{source} holds whitespace, a control character or a "
+                               "non-ASCII character in the key; a key is one token of "
+                               "printable ASCII")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise table.error(key, f"{source} holds a key of {len(secret)} characters; at least "
+                               f"{MIN_SECRET_CHARS} are needed to mask it in replies and logs")
+    return secret
 
 
 def _default_provider(root: Table, providers: Mapping[str, ProviderEntry]) -> str:
@@ -341,16 +386,20 @@ def _ids(table: Table, key: str, kind: str) -> tuple[int, ...]:
             ids.append(_lookup(table, key, item, kind))
         elif not is_toml(item, int):
             raise table.error(key, f"expected {kind} names or ids, got {describe(item)}")
-        elif item < 0:
-            raise table.error(key, f"{kind} ids are not negative, got {item}")
         else:
-            ids.append(item)
+            ids.append(_id(table, key, item, kind))
     return tuple(ids)
 
 
+def _id(table: Table, key: str, number: int, kind: str) -> int:
+    if not 0 <= number <= MAX_ID:
+        raise table.error(key, f"{kind} ids are between 0 and {MAX_ID}, got {number}")
+    return number
+
+
 def _lookup(table: Table, key: str, name: str, kind: str) -> int:
-    if name.isdigit():
-        return int(name)
+    if name.isascii() and name.isdigit():
+        return _id(table, key, int(name), kind)
     try:
         return pwd.getpwnam(name).pw_uid if kind == "user" else grp.getgrnam(name).gr_gid
     except KeyError:

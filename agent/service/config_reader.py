@@ -69,8 +69,8 @@ class Reader:
     def integer(self, name: str, default: int, low: int, high: int | None = None) -> int:
         return self._within(name, self.get(name, int, default), low, high)
 
-    def number(self, name: str, default: float, low: float) -> float:
-        return self._within(name, self.get(name, float, default), low, None)
+    def number(self, name: str, default: float, low: float, high: float | None = None) -> float:
+        return self._within(name, self.get(name, float, default), low, high)
 
     def positive(self, name: str, default: float) -> float:
         value = self.number(name, default, 0)

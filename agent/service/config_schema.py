@@ -48,3 +48,11 @@ class Config:
     providers: Mapping[str, ProviderEntry]
     default_provider: str
     devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
+    # What the daemon can run with but should not: logged at start and on
+    # reload, printed by `serve --check`. "FILE:LINE: KEY: what" like an error.
+    warnings: tuple[str, ...] = ()
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every provider's key and credential headers: what the masker hides."""
+        return tuple(secret for entry in self.providers.values()
+                     for secret in entry.provider.secrets())

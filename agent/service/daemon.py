@@ -26,7 +26,7 @@ from typing import Mapping
 import httpx
 import trio
 
-from agent import __version__
+from agent import __version__, masking
 from agent.api.replies import PROTOCOL_VERSION
 from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
 from agent.devices.hub import DeviceHub
@@ -62,7 +62,9 @@ def main(config_path: str, environ: Mapping[str, str] = os.environ) -> int:
     except ConfigError as exc:
         print(f"homeagent: {exc}", file=sys.stderr)
         return 2
+    masking.install(masking.Masker(config.secrets()))
     logsetup.setup(config.daemon.log_level, environ=environ)
+    _warn(config)
     try:
         trio.run(_serve, config, environ)
     except StartupError as exc:
@@ -178,6 +180,8 @@ class _Daemon:
             log.error("reload refused, the running configuration stays: %s", exc)
             self.notifier.ready("reload refused: bad configuration; running on the old one")
             return
+        # The old keys too: an ask still running on one may have it echoed back.
+        masking.install(masking.Masker(new.secrets() + old.secrets()))
         self.runner.configure(upstreams_of(new), new.default_provider,
                               new.sessions.system_prompt, new.sessions.max_tool_steps)
         self.server.reconfigure(access=Access(new.daemon.allow_users, new.daemon.allow_groups),
@@ -191,6 +195,7 @@ class _Daemon:
         if _device_settings(new) != _device_settings(old):
             log.warning("reload: the devices changed; they take effect at the next start")
         self.config = new
+        _warn(new)
         log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
                  new.default_provider)
         self.notifier.ready(f"reloaded; providers: {', '.join(new.providers)}")
@@ -207,16 +212,19 @@ class _Daemon:
                 last = line
 
 
+def _warn(config: Config) -> None:
+    for warning in config.warnings:
+        log.warning("%s", warning)
+
+
 def _device_settings(config: Config) -> dict:
     return {name: (spec.common, dict(spec.settings)) for name, spec in config.devices.items()}
 
 
 def _provider_status(name: str, provider, config: Config) -> dict:
-    # base_url without any user:password@ a user may have put in it
-    url = httpx.URL(provider.base_url)
-    shown = str(url.copy_with(username=None, password=None)) if url.userinfo else str(url)
+    # base_url holds no user:password@: the config refuses it
     return {"name": name, "protocol": provider.protocol, "model": provider.model,
-            "base_url": shown, "default": name == config.default_provider,
+            "base_url": provider.base_url, "default": name == config.default_provider,
             "key": bool(provider.api_key)}
 
 

@@ -10,6 +10,13 @@ first without the logger's name and priority. Line breaks are therefore escaped,
 (\r, \0 likewise): a record stays one entry, and a traceback reads back with
 `journalctl ... | sed 's/\\n/\n/g'`. Backslashes themselves are left as they
 are, for readable paths; the escaping is for reading, not for parsing back.
+
+Every record takes this way, the libraries' (trio, httpx, httpcore) as well
+as ours: the handler sits on the root logger. So do Python's warnings and
+whatever would otherwise print a traceback of its own on stderr (an
+uncaught exception, in the main thread or another, an unraisable one in a
+finalizer). Each line has the configured secrets masked (agent/masking.py).
+Libraries log from warning up, everything with log_level "debug".
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TextIO
+
+from agent import masking
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
           "error": logging.ERROR, "critical": logging.CRITICAL}
@@ -29,6 +39,7 @@ _DEBUG_PRIORITY = 7
 _ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\0": "\\0"})
 
 _logger = logging.getLogger("homeagent")
+_root = logging.getLogger()
 
 
 class _OneLine(logging.Formatter):
@@ -43,7 +54,8 @@ class _OneLine(logging.Formatter):
         self.journal = journal
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record).translate(_ESCAPES)
+        # message, arguments and traceback all: any may quote a request header
+        line = masking.mask(super().format(record)).translate(_ESCAPES)
         if not self.journal:
             return line
         priority = next((p for level, p in _PRIORITIES if record.levelno >= level),
@@ -78,19 +90,38 @@ def _level(name: str) -> int:
 
 def setup(level: str = "info", stream: TextIO | None = None,
           environ: Mapping[str, str] = os.environ) -> None:
-    """Send the "homeagent" loggers to `stream` (stderr); again replaces, never adds."""
+    """Send every record to `stream` (stderr), one line each; again replaces, never adds."""
     set_level(level)  # first: a bad level leaves the logging as it was
     stream = sys.stderr if stream is None else stream
     handler = _Handler(stream)
     handler.setFormatter(_OneLine(_journal(stream, environ)))
-    for old in [h for h in _logger.handlers if isinstance(h, _Handler)]:
-        _logger.removeHandler(old)
-    _logger.addHandler(handler)
-    # The daemon owns its stderr: a root handler added by a library must not
-    # print our records a second time, in its own format.
-    _logger.propagate = False
+    for old in [h for h in _root.handlers if isinstance(h, _Handler)]:
+        _root.removeHandler(old)
+    _root.addHandler(handler)
+    logging.captureWarnings(True)
+    sys.excepthook = _uncaught
+    threading.excepthook = _uncaught_in_thread
+    sys.unraisablehook = _unraisable
 
 
 def set_level(level: str) -> None:
-    """Change the level of every "homeagent" logger, e.g. on a config reload."""
-    _logger.setLevel(_level(level))
+    """Change the level of the "homeagent" loggers (the libraries' follow
+    at debug only), e.g. on a config reload."""
+    number = _level(level)
+    _logger.setLevel(number)
+    _root.setLevel(number if number == logging.DEBUG else max(number, logging.WARNING))
+
+
+def _uncaught(kind, error, traceback) -> None:
+    _logger.critical("uncaught exception", exc_info=(kind, error, traceback))
+
+
+def _uncaught_in_thread(hook: threading.ExceptHookArgs) -> None:
+    if hook.exc_type is not SystemExit:
+        _logger.critical("uncaught exception in thread %s", getattr(hook.thread, "name", "?"),
+                         exc_info=(hook.exc_type, hook.exc_value, hook.exc_traceback))
+
+
+def _unraisable(hook) -> None:
+    _logger.error("%s: %r", hook.err_msg or "Exception ignored in", hook.object,
+                  exc_info=(hook.exc_type, hook.exc_value, hook.exc_traceback))
