@@ -314,16 +314,20 @@ def test_turns_before_the_first_user_turn_go_first(tmp_path):
 
 
 @pytest.mark.parametrize("content, reason", [
-    (b"{not json", "Expecting property name"),
-    (b"\xff\xfe\xff", "decode"),
+    (b"{not json", "invalid JSON: syntax at byte 1"),
+    (b"\xff\xfe\xff", "invalid JSON: syntax at byte 0"),
+    (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "\xff"}]}',
+     "not UTF-8"),
+    (b'{"version": 1, "id": "s", "updated": NaN, "turns": []}', "invalid JSON: syntax"),
+    (b'{"version": 1, "id": "s", "updated": 1e999, "turns": []}', "invalid JSON: range"),
     (b"[]", "not a JSON object"),
     (b'{"version": 2, "id": "s", "updated": 1, "turns": []}', "unknown version 2"),
     (b'{"version": 1, "id": "t", "updated": 1, "turns": []}', "names session 't'"),
-    (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a number"),
+    (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a finite number"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": {}}', "'turns' is not an array"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "a"}, '
      b'{"role": "system"}]}', "turn 1: unknown role 'system'"),
-    (b"[" * 100_000, "recursion"),
+    (b"[" * 100_000, "invalid JSON: depth"),
 ])
 def test_a_corrupt_file_is_moved_aside_and_logged(tmp_path, caplog, content, reason):
     directory = tmp_path / "sessions"
