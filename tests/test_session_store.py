@@ -3,12 +3,14 @@ exchanges, files that do not read, and a real kill -9 in the middle of commits."
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import logging
 import os
 import random
 import re
+import resource
 import stat
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.session.codec import turn_from_json, turn_summary, turn_to_json
-from agent.session.store import SessionStore
+from agent.session.store import SessionStore, StorageError
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall)
@@ -401,3 +403,33 @@ def test_kill_9_mid_commit_loses_at_most_the_exchange_in_flight(tmp_path, caplog
         committed = len(history) // 4
         assert history == exchanges(1, committed)
         assert reported <= committed <= reported + 1
+
+
+# ---- the disk refuses ----
+
+def test_no_file_descriptors_left_is_a_storage_error_and_changes_nothing(tmp_path):
+    store = open_store(tmp_path)
+    store.commit("s", exchange(1))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    taken = []
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        assert full.value.errno == errno.EMFILE
+        with pytest.raises(StorageError, match=r"^session 's' was not written: Too many open "):
+            store.commit("s", exchange(2))
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert store.load("s") == exchange(1)  # memory as before the failed commit
+    assert open_store(tmp_path).load("s") == exchange(1)  # and the file
+    assert not [n for n in os.listdir(tmp_path / "sessions") if ".tmp-" in n]
+
+
+def test_an_unusable_directory_is_a_storage_error_at_open(tmp_path):
+    (tmp_path / "sessions").write_text("a file, not a directory")
+    with pytest.raises(StorageError, match=r"^session directory .*sessions: File exists"):
+        open_store(tmp_path)
