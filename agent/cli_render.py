@@ -118,8 +118,8 @@ def done_notes(reply: dict[str, Any]) -> list[str]:
             f"{count} {'event was' if count == 1 else 'events were'} "
             f"{_DROP_REASONS.get(code, f'dropped ({code})')}" for code, count in dropped.items()))
     if reply.get("kept") is False:
-        error = reply.get("error") or {}
-        notes.append(f"the answer was not kept in the history: {error.get('message')}")
+        error = reply.get("error") or {}  # its message says it was not kept, and why
+        notes.append(f"{error.get('code')}: {error.get('message')}")
     return notes
 
 

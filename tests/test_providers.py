@@ -137,6 +137,20 @@ class FirstRequestFaults(MockApp):
         return super().handle(connection, method, target, headers, body)
 
 
+class Rewritten(MockApp):
+    """The mock, with change(reply) applied to each model answer before it is sent."""
+
+    def __init__(self, change) -> None:
+        super().__init__()
+        self.change = change
+
+    def handle(self, connection, method, target, headers, body):
+        reply = super().handle(connection, method, target, headers, body)
+        if target.startswith("/v1/"):
+            self.change(reply)
+        return reply
+
+
 class Collect:
     def __init__(self) -> None:
         self.events: list = []
@@ -423,15 +437,11 @@ async def test_401_carries_the_provider_message_and_never_the_key(nursery, proto
 async def test_error_message_with_the_key_in_it_is_redacted(nursery):
     key = "sk-echoed-9999"
 
-    class Echo(MockApp):
-        def handle(self, connection, method, target, headers, body):
-            reply = super().handle(connection, method, target, headers, body)
-            if target.startswith("/v1/"):
-                reply.parts = [f'{{"error": "Incorrect API key provided: {key}"}}'.encode()]
-                reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
-            return reply
+    def echo(reply) -> None:
+        reply.parts = [f'{{"error": "Incorrect API key provided: {key}"}}'.encode()]
+        reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
 
-    mock = await start(nursery, Echo())
+    mock = await start(nursery, Rewritten(echo))
     async with httpx.AsyncClient() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, mock.provider("openai-chat", api_key=key),
@@ -512,26 +522,19 @@ async def test_gzip_and_deflate_bodies_are_decoded_before_the_core(nursery, prot
     assert "".join(e.text for e in collect.of(rec.TextDelta)) == scripts.ENGLISH
 
 
-class Encoded(MockApp):
-    """Answers with this Content-Encoding header and the stream as it is
-    (br, unknown to the daemon), or with a gzip body cut to garbage."""
-
-    def __init__(self, encoding: str, body: bytes | None = None) -> None:
-        super().__init__()
-        self.encoding, self.body = encoding, body
-
-    def handle(self, connection, method, target, headers, body):
-        reply = super().handle(connection, method, target, headers, body)
-        if target.startswith("/v1/"):
-            reply.headers.append(("content-encoding", self.encoding))
-            if self.body is not None:
-                reply.parts = [self.body]
-        return reply
+def encoded(encoding: str, body: bytes | None = None) -> "Rewritten":
+    """Answers with this Content-Encoding header over the stream as it is
+    (br, unknown to the daemon), or over body."""
+    def change(reply) -> None:
+        reply.headers.append(("content-encoding", encoding))
+        if body is not None:
+            reply.parts = [body]
+    return Rewritten(change)
 
 
 @pytest.mark.trio
 async def test_an_unknown_content_encoding_is_refused_by_name(nursery):
-    answer, collect = await _answer_with(nursery, "openai-chat", "", Encoded("br"))
+    answer, collect = await _answer_with(nursery, "openai-chat", "", encoded("br"))
     assert answer.refused == "HTTP 200 with content encoding 'br': only gzip and deflate are decoded"
     assert collect.events == []
 
@@ -539,7 +542,7 @@ async def test_an_unknown_content_encoding_is_refused_by_name(nursery):
 @pytest.mark.trio
 async def test_a_gzip_body_that_does_not_decode_is_refused(nursery):
     answer, _ = await _answer_with(nursery, "openai-chat", "",
-                                   Encoded("gzip", b"\x1f\x8b\x08\x00garbage, not deflate"))
+                                   encoded("gzip", b"\x1f\x8b\x08\x00garbage, not deflate"))
     assert answer.refused.startswith("the gzip body does not decode: "), answer.refused
 
 
@@ -556,14 +559,10 @@ def test_inflater_output_is_bounded_whatever_the_ratio():
 async def test_the_key_echoed_in_a_bad_event_is_masked_in_the_warning(nursery):
     key = "sk-echoed-4242"
 
-    class EchoKey(MockApp):
-        def handle(self, connection, method, target, headers, body):
-            reply = super().handle(connection, method, target, headers, body)
-            if target.startswith("/v1/"):
-                reply.parts.insert(1, f'data: {{"echo": "Bearer {key}", cut\n\n'.encode())
-            return reply
+    def echo(reply) -> None:
+        reply.parts.insert(1, f'data: {{"echo": "Bearer {key}", cut\n\n'.encode())
 
-    mock = await start(nursery, EchoKey())
+    mock = await start(nursery, Rewritten(echo))
     collect = Collect()
     async with httpx.AsyncClient() as client:
         answer = await stream_answer(client, mock.provider("openai-chat", api_key=key),
