@@ -81,10 +81,12 @@ def warning_detail(event: DecodeWarning | FramingError | UnknownField) -> str:
 
 def excerpt(raw: bytes, offset: int | None = None) -> str:
     """At most EXCERPT_BYTES of raw, around offset when it is known, as text:
-    bytes that are not UTF-8 are shown as \\x escapes, never passed on."""
+    bytes that are not UTF-8 and characters that are not printable (an ESC
+    would reach the terminal of `homeagent ask`) are shown as escapes."""
     start = 0
     if offset is not None and len(raw) > EXCERPT_BYTES:
         start = max(0, min(offset - EXCERPT_BYTES // 2, len(raw) - EXCERPT_BYTES))
     window = raw[start:start + EXCERPT_BYTES]
-    text = window.decode("utf-8", "backslashreplace")
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in window.decode("utf-8", "backslashreplace"))
     return ("…" if start else "") + text + ("…" if start + len(window) < len(raw) else "")
