@@ -325,7 +325,9 @@ def test_turns_before_the_first_user_turn_go_first(tmp_path):
     (b"[]", "not a JSON object"),
     (b'{"version": 2, "id": "s", "updated": 1, "turns": []}', "unknown version 2"),
     (b'{"version": 1, "id": "t", "updated": 1, "turns": []}', "names session 't'"),
-    (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a finite number"),
+    (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a number"),
+    (b'{"version": 1, "id": "s", "updated": 1%s, "turns": []}' % (b"0" * 400),
+     "'updated' is out of range"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": {}}', "'turns' is not an array"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "a"}, '
      b'{"role": "system"}]}', "turn 1: unknown role 'system'"),

@@ -158,7 +158,7 @@ class _Run:
             warning.detail = warning.detail.replace(key, "***")
 
     async def finish(self) -> Answer:
-        if self.refused is not None or self.provider_error is not None and not self.forwarded:
+        if self.refused is not None or (self.provider_error is not None and not self.forwarded):
             # Nothing was decoded: no end-of-stream events for a body that was no stream.
             return Answer(self.decoder.message, self.attempts, None, None,
                           self.provider_error, self.refused)
@@ -275,7 +275,7 @@ async def _not_a_stream(run: _Run, response: httpx.Response, media: str,
     except ValueError as exc:
         run.refused = f"HTTP {status} with a {media} body that is not JSON ({exc})"
         return
-    if isinstance(value, dict) and "error" in value:
+    if isinstance(value, dict) and value.get("error") is not None:
         error = value["error"]
         kind = (error.get("type") or error.get("code")) if isinstance(error, dict) else None
         message = _error_message(bytes(body)) or "an error without a message"

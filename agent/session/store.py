@@ -249,9 +249,11 @@ def _parse(session_id: str, data: bytes) -> tuple[list, float]:
     if doc.get("id") != session_id:
         raise ValueError(f"names session {doc.get('id')!r}")
     updated, turns = doc.get("updated"), doc.get("turns")
-    if isinstance(updated, bool) or not isinstance(updated, (int, float)) \
-            or not math.isfinite(updated):
-        raise ValueError("'updated' is not a finite number")
+    if isinstance(updated, bool) or not isinstance(updated, (int, float)):
+        raise ValueError("'updated' is not a number")
+    # The scanner keeps integers beyond int64 exact: one may be beyond a float too.
+    if not (isinstance(updated, float) or abs(updated) < 2 ** 53) or not math.isfinite(updated):
+        raise ValueError("'updated' is out of range")
     if not isinstance(turns, list):
         raise ValueError("'turns' is not an array")
     decoded = []
