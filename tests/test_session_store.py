@@ -86,7 +86,8 @@ RICH_MESSAGE = Message(
     refusal="I cannot open the safe.",
     citations=[{"type": "url_citation", "url": "https://example.org", "start_index": 0}],
     usage=Usage(input_tokens=12, output_tokens=34, cache_read_tokens=0),
-    finish_reason=FinishReason.OTHER, raw_finish_reason="surprise", stop_sequence="###")
+    finish_reason=FinishReason.OTHER, raw_finish_reason="surprise", stop_sequence="###",
+    dropped_events={"bad_json": 2, "event_too_large": 1})
 
 
 @pytest.mark.parametrize("turn", [
@@ -181,6 +182,8 @@ CALL = {"type": "tool_call", "arguments": "{}", "complete": True}
     ({"role": "assistant", "parts": [], "finish_reason": "done"}, "unknown finish_reason 'done'"),
     ({"role": "assistant", "parts": [], "citations": {}},
      "'citations' must be an array, not an object"),
+    ({"role": "assistant", "parts": [], "dropped_events": {"bad_json": "1"}},
+     "dropped_events: 'bad_json' must be an integer, not a string"),
 ])
 def test_malformed_turns_are_rejected(obj, problem):
     with pytest.raises(ValueError, match=re.escape(problem)):
@@ -195,7 +198,7 @@ def test_turn_summary():
                         "arguments": '{"on":true,  "channel":1}'},
                        {"id": "call_2", "name": "set_relay", "arguments": '{"on":tru'},
                        {"id": None, "name": None, "arguments": '{"a'}],
-        "finish_reason": "other"}
+        "finish_reason": "other", "dropped_events": {"bad_json": 2, "event_too_large": 1}}
     assert turn_summary(AssistantTurn(Message(parts=[TextPart("Done.")]))) == {
         "role": "assistant", "text": "Done.", "finish_reason": None}
     assert turn_summary(ToolResult("call_1", "set_relay", "ok", is_error=True)) == {
