@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -173,3 +174,38 @@ def test_a_fifo_a_directory_and_a_nan_among_the_session_files_are_set_aside(tmp_
         assert "nan.json does not read (invalid JSON: syntax" in log, log
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+def _obeying_permissions() -> list[str]:
+    """The argv prefix that makes the daemon obey file modes: as root, drop
+    the capabilities that override them; as any other user, nothing."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root ignores file modes, and setpriv (to drop that) is not installed")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_a_state_directory_without_write_permission_is_eacces(tmp_path, mock):
+    prefix = _obeying_permissions()
+    sessions = tmp_path / "state" / "sessions"
+    daemon = Daemon(tmp_path, mock.url).start(argv_prefix=prefix)
+    try:
+        sessions.chmod(0o500)
+        with daemon.client() as client:
+            text, replies = ask_text(client, "hello", session="locked")
+        assert text == ANSWER
+        _not_kept(replies[-1], "Permission denied")
+    finally:
+        sessions.chmod(0o700)
+        assert daemon.stop() == 0, daemon.log()
+    sessions.chmod(0o500)  # and at start: a clear line, no traceback
+    try:
+        daemon = Daemon(tmp_path, mock.url)
+        daemon.start(wait=False, argv_prefix=prefix)
+        assert daemon.exited() == 1
+        log = daemon.log()
+        assert "cannot start: the state directory is not usable: session directory " in log
+        assert "Permission denied" in log and "Traceback" not in log, log
+    finally:
+        sessions.chmod(0o700)
