@@ -72,6 +72,8 @@ class AskPrinter:
             if not self._line_broken:
                 self.out.write("\n")
             self.out.flush()
+            for line in done_notes(reply):
+                self.err.write(f"homeagent: {line}\n")
             self.exit_code = 0
         elif kind in ("error", "shutdown"):
             self.out.flush()
@@ -93,6 +95,32 @@ class AskPrinter:
             self.err.write((RESET if self._dim else "") + "\n")
             self.err.flush()
             self._in_reasoning = False
+
+
+# What was wrong with a dropped event, by done's dropped_events reason:
+# "1 event was ...", "2 events were ...".
+_DROP_REASONS = {
+    "bad_json": "not valid JSON",
+    "not_object": "not a JSON object",
+    "event_too_large": "larger than the stream buffer",
+    "name_too_long": "dropped for an over-long event name",
+    "output_too_large": "too large to decode",
+}
+
+
+def done_notes(reply: dict[str, Any]) -> list[str]:
+    """Plain lines for what a done reply says went wrong: events lost from
+    the answer, an exchange the disk did not keep."""
+    notes = []
+    dropped = reply.get("dropped_events") or {}
+    if dropped:
+        notes.append("part of the answer was lost: " + ", ".join(
+            f"{count} {'event was' if count == 1 else 'events were'} "
+            f"{_DROP_REASONS.get(code, f'dropped ({code})')}" for code, count in dropped.items()))
+    if reply.get("kept") is False:
+        error = reply.get("error") or {}  # its message says it was not kept, and why
+        notes.append(f"{error.get('code')}: {error.get('message')}")
+    return notes
 
 
 def format_status(reply: dict[str, Any]) -> str:
@@ -135,6 +163,7 @@ def format_history(reply: dict[str, Any]) -> str:
                 lines.append(f"tool:  {call['name']}({call['arguments']})")
             if turn.get("text"):
                 lines.append(f"agent: {turn['text']}")
+            lines += [f"       ({note})" for note in done_notes(turn)]  # a damaged answer
         else:
             failed = " (error)" if turn.get("is_error") else ""
             lines.append(f"  ->   {turn.get('name')}{failed}: {turn.get('content')}")

@@ -558,10 +558,16 @@ def test_every_reply_on_the_wire():
          '{"id":1,"type":"warning","code":"unknown_sse_field","detail":"x"}'),
         (replies.Done("s", "stop", None, None, "Hi", 1, 1), 1,
          '{"id":1,"type":"done","session":"s","finish_reason":"stop",'
-         '"raw_finish_reason":null,"usage":null,"text":"Hi","steps":1,"attempts":1}'),
+         '"raw_finish_reason":null,"usage":null,"text":"Hi","steps":1,"attempts":1,"kept":true}'),
         (replies.Done("s", None, "end", usage, "", 2, 3), 1,
          '{"id":1,"type":"done","session":"s","finish_reason":null,"raw_finish_reason":"end",'
-         '"usage":{"input_tokens":3},"text":"","steps":2,"attempts":3}'),
+         '"usage":{"input_tokens":3},"text":"","steps":2,"attempts":3,"kept":true}'),
+        (replies.Done("s", "stop", None, None, "Hi", 1, 1, {"bad_json": 1}, False,
+                      {"code": replies.ErrorCode.STORAGE_ERROR, "message": "full"}), 1,
+         '{"id":1,"type":"done","session":"s","finish_reason":"stop",'
+         '"raw_finish_reason":null,"usage":null,"text":"Hi","steps":1,"attempts":1,'
+         '"dropped_events":{"bad_json":1},"kept":false,'
+         '"error":{"code":"storage_error","message":"full"}}'),
         (replies.Status({"server": "h", "protocol": 1}, 0, (), {"asks": 0}, False), "s",
          '{"id":"s","type":"status","server":"h","protocol":1,"clients":0,"active":[],'
          '"counters":{"asks":0},"draining":false}'),

@@ -153,7 +153,7 @@ async def test_hello_ask_and_status(autojump_clock):
             {"id": 1, "type": "delta", "text": "Hi."},
             {"id": 1, "type": "done", "session": "kitchen", "finish_reason": "stop",
              "raw_finish_reason": "stop", "usage": None, "text": "Hi.", "steps": 1,
-             "attempts": 1}]
+             "attempts": 1, "kept": True}]
         await client.send(id="st", op="status")
         status = await client.line()
         assert status == {"id": "st", "type": "status", "server": "homeagent test",

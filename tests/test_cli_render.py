@@ -306,3 +306,24 @@ def test_format_history_marks_a_failed_tool_result():
 def test_format_status_without_counters_has_no_counters_line():
     reply = {**STATUS, "counters": {}}
     assert not any(line.startswith("counters") for line in format_status(reply).splitlines())
+
+
+def test_a_damaged_or_unkept_answer_gets_plain_lines_after_it():
+    damaged = {**DONE, "dropped_events": {"bad_json": 1, "event_too_large": 2}, "kept": False,
+               "error": {"code": "storage_error",
+                         "message": "session 's' was not written: No space left on device; "
+                                    "the answer was not kept in the history"}}
+    out, err, code = run([STARTED, DELTA_1, WARNING, DELTA_2, damaged])
+    assert (out, code) == (ANSWER, 0)
+    assert err == (WARNING_LINE + "homeagent: part of the answer was lost: 1 event was not "
+                   "valid JSON, 2 events were larger than the stream buffer\n"
+                   "homeagent: storage_error: session 's' was not written: No space left on "
+                   "device; the answer was not kept in the history\n")
+
+
+def test_history_marks_a_damaged_turn():
+    shown = format_history({"session": "s", "turns": [
+        {"role": "user", "text": "hello"},
+        {"role": "assistant", "text": "The room", "dropped_events": {"bad_json": 1}}]})
+    assert shown == ("you:   hello\nagent: The room\n"
+                     "       (part of the answer was lost: 1 event was not valid JSON)")

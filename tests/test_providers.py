@@ -5,6 +5,7 @@ the retry, timeout and error rules of stream_answer."""
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from agent.providers import (
     build_request,
     stream_answer,
 )
+from agent.providers.client import INFLATE_PIECE, Inflater
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
@@ -135,6 +137,20 @@ class FirstRequestFaults(MockApp):
             if any(r["path"].startswith("/v1/") for r in self.requests):
                 headers = [(n, v) for n, v in headers if n != "x-mock-fault"]
         return super().handle(connection, method, target, headers, body)
+
+
+class Rewritten(MockApp):
+    """The mock, with change(reply) applied to each model answer before it is sent."""
+
+    def __init__(self, change) -> None:
+        super().__init__()
+        self.change = change
+
+    def handle(self, connection, method, target, headers, body):
+        reply = super().handle(connection, method, target, headers, body)
+        if target.startswith("/v1/"):
+            self.change(reply)
+        return reply
 
 
 class Collect:
@@ -424,16 +440,12 @@ async def test_error_message_with_the_key_in_it_is_redacted(nursery):
     key, token = "sk-echoed/9999", "hdr-token-77"
     echoed = f"{key} (as sent: {quote(key, safe='')}), header {token}"
 
-    class Echo(MockApp):
-        def handle(self, connection, method, target, headers, body):
-            reply = super().handle(connection, method, target, headers, body)
-            if target.startswith("/v1/"):
-                reply.parts = [json.dumps({"error": f"Incorrect API key provided: {echoed}"})
-                               .encode()]
-                reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
-            return reply
+    def echo(reply) -> None:
+        reply.parts = [json.dumps({"error": f"Incorrect API key provided: {echoed}"})
+                       .encode()]
+        reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
 
-    mock = await start(nursery, Echo())
+    mock = await start(nursery, Rewritten(echo))
     async with httpx.AsyncClient() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, mock.provider("openai-chat", api_key=key,
@@ -475,3 +487,99 @@ def test_a_providers_secrets_are_its_key_and_its_credential_headers():
                                  "x-api-key": "plain-token-1", "x-trace": "on"})
     assert provider.secrets() == ("sk-key-1234", "Basic dXNlcjpwYXNz", "dXNlcjpwYXNz",
                                   "plain-token-1")
+
+
+# ---- 2xx answers that are no event stream, compressed bodies ----
+
+async def _answer_with(nursery, protocol: str, fault: str, app: MockApp | None = None,
+                       **provider):
+    mock = await start(nursery, app)
+    collect = Collect()
+    async with httpx.AsyncClient() as client:
+        answer = await stream_answer(
+            client, mock.provider(protocol, headers={"x-mock-fault": fault}, **provider),
+            Conversation(turns=[UserTurn("Hi")]), on_event=collect, retries=0)
+    return answer, collect
+
+
+@pytest.mark.trio
+@by_protocol
+async def test_a_200_json_error_body_is_the_providers_error(nursery, protocol):
+    answer, collect = await _answer_with(nursery, protocol, "json-error")
+    assert answer.provider_error.message == "model 'mock-small' not loaded (mock)"
+    assert answer.provider_error.type in ("not_found_error", "invalid_request_error")  # per format
+    assert answer.refused is None and not answer.ok and collect.events == []
+
+
+@pytest.mark.trio
+@by_protocol
+@pytest.mark.parametrize("fault, why", [
+    ("not-streamed", "HTTP 200 with a whole completion (application/json) instead of an event "
+                     "stream: the server ignored \"stream\": true"),
+    ("html", "HTTP 200 with content type 'text/html', not text/event-stream"),
+    ("empty", "HTTP 200 with an empty body, no event stream"),
+])
+async def test_a_200_body_that_is_no_stream_is_refused_by_name(nursery, protocol, fault, why):
+    answer, collect = await _answer_with(nursery, protocol, fault)
+    assert answer.refused == why
+    assert answer.provider_error is None and not answer.ok and collect.events == []
+
+
+@pytest.mark.trio
+@by_protocol
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_gzip_and_deflate_bodies_are_decoded_before_the_core(nursery, protocol, encoding):
+    answer, collect = await _answer_with(nursery, protocol, encoding)
+    assert answer.ok and answer.message.text == scripts.ENGLISH, answer
+    assert not collect.of(rec.DecodeWarning) and not collect.of(rec.UnknownField)
+    assert "".join(e.text for e in collect.of(rec.TextDelta)) == scripts.ENGLISH
+
+
+def encoded(encoding: str, body: bytes | None = None) -> "Rewritten":
+    """Answers with this Content-Encoding header over the stream as it is
+    (br, unknown to the daemon), or over body."""
+    def change(reply) -> None:
+        reply.headers.append(("content-encoding", encoding))
+        if body is not None:
+            reply.parts = [body]
+    return Rewritten(change)
+
+
+@pytest.mark.trio
+async def test_an_unknown_content_encoding_is_refused_by_name(nursery):
+    answer, collect = await _answer_with(nursery, "openai-chat", "", encoded("br"))
+    assert answer.refused == "HTTP 200 with content encoding 'br': only gzip and deflate are decoded"
+    assert collect.events == []
+
+
+@pytest.mark.trio
+async def test_a_gzip_body_that_does_not_decode_is_refused(nursery):
+    answer, _ = await _answer_with(nursery, "openai-chat", "",
+                                   encoded("gzip", b"\x1f\x8b\x08\x00garbage, not deflate"))
+    assert answer.refused.startswith("the gzip body does not decode: "), answer.refused
+
+
+def test_inflater_output_is_bounded_whatever_the_ratio():
+    bomb = zlib.compress(b"\n" * (16 * INFLATE_PIECE))  # about 1 KiB of zlib, 1 MiB inflated
+    pieces = list(Inflater("deflate").feed(bomb))
+    assert max(map(len, pieces)) == INFLATE_PIECE and b"".join(pieces) == b"\n" * (16 * INFLATE_PIECE)
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)  # raw deflate, as some servers send it
+    assert b"".join(Inflater("deflate").feed(raw.compress(b"data: x\n\n") + raw.flush())) \
+        == b"data: x\n\n"
+
+
+@pytest.mark.trio
+async def test_the_key_echoed_in_a_bad_event_is_masked_in_the_warning(nursery):
+    key = "sk-echoed-4242"
+
+    def echo(reply) -> None:
+        reply.parts.insert(1, f'data: {{"echo": "Bearer {key}", cut\n\n'.encode())
+
+    mock = await start(nursery, Rewritten(echo))
+    collect = Collect()
+    async with httpx.AsyncClient() as client:
+        answer = await stream_answer(client, mock.provider("openai-chat", api_key=key),
+                                     Conversation(turns=[UserTurn("Hi")]), on_event=collect)
+    [warning] = collect.of(rec.DecodeWarning)
+    assert key.encode() not in warning.raw and b"Bearer ***" in warning.raw
+    assert answer.message.dropped_events == {"bad_json": 1}

@@ -3,12 +3,14 @@ exchanges, files that do not read, and a real kill -9 in the middle of commits."
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import logging
 import os
 import random
 import re
+import resource
 import stat
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.session.codec import turn_from_json, turn_summary, turn_to_json
-from agent.session.store import SessionStore
+from agent.session.store import SessionStore, StorageError
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall)
@@ -84,7 +86,8 @@ RICH_MESSAGE = Message(
     refusal="I cannot open the safe.",
     citations=[{"type": "url_citation", "url": "https://example.org", "start_index": 0}],
     usage=Usage(input_tokens=12, output_tokens=34, cache_read_tokens=0),
-    finish_reason=FinishReason.OTHER, raw_finish_reason="surprise", stop_sequence="###")
+    finish_reason=FinishReason.OTHER, raw_finish_reason="surprise", stop_sequence="###",
+    dropped_events={"bad_json": 2, "event_too_large": 1})
 
 
 @pytest.mark.parametrize("turn", [
@@ -179,6 +182,8 @@ CALL = {"type": "tool_call", "arguments": "{}", "complete": True}
     ({"role": "assistant", "parts": [], "finish_reason": "done"}, "unknown finish_reason 'done'"),
     ({"role": "assistant", "parts": [], "citations": {}},
      "'citations' must be an array, not an object"),
+    ({"role": "assistant", "parts": [], "dropped_events": {"bad_json": "1"}},
+     "dropped_events: 'bad_json' must be an integer, not a string"),
 ])
 def test_malformed_turns_are_rejected(obj, problem):
     with pytest.raises(ValueError, match=re.escape(problem)):
@@ -193,7 +198,7 @@ def test_turn_summary():
                         "arguments": '{"on":true,  "channel":1}'},
                        {"id": "call_2", "name": "set_relay", "arguments": '{"on":tru'},
                        {"id": None, "name": None, "arguments": '{"a'}],
-        "finish_reason": "other"}
+        "finish_reason": "other", "dropped_events": {"bad_json": 2, "event_too_large": 1}}
     assert turn_summary(AssistantTurn(Message(parts=[TextPart("Done.")]))) == {
         "role": "assistant", "text": "Done.", "finish_reason": None}
     assert turn_summary(ToolResult("call_1", "set_relay", "ok", is_error=True)) == {
@@ -314,16 +319,22 @@ def test_turns_before_the_first_user_turn_go_first(tmp_path):
 
 
 @pytest.mark.parametrize("content, reason", [
-    (b"{not json", "Expecting property name"),
-    (b"\xff\xfe\xff", "decode"),
+    (b"{not json", "invalid JSON: syntax at byte 1"),
+    (b"\xff\xfe\xff", "invalid JSON: syntax at byte 0"),
+    (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "\xff"}]}',
+     "not UTF-8"),
+    (b'{"version": 1, "id": "s", "updated": NaN, "turns": []}', "invalid JSON: syntax"),
+    (b'{"version": 1, "id": "s", "updated": 1e999, "turns": []}', "invalid JSON: range"),
     (b"[]", "not a JSON object"),
     (b'{"version": 2, "id": "s", "updated": 1, "turns": []}', "unknown version 2"),
     (b'{"version": 1, "id": "t", "updated": 1, "turns": []}', "names session 't'"),
     (b'{"version": 1, "id": "s", "updated": "now", "turns": []}', "'updated' is not a number"),
+    (b'{"version": 1, "id": "s", "updated": 1%s, "turns": []}' % (b"0" * 400),
+     "'updated' is out of range"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": {}}', "'turns' is not an array"),
     (b'{"version": 1, "id": "s", "updated": 1, "turns": [{"role": "user", "text": "a"}, '
      b'{"role": "system"}]}', "turn 1: unknown role 'system'"),
-    (b"[" * 100_000, "recursion"),
+    (b"[" * 100_000, "invalid JSON: depth"),
 ])
 def test_a_corrupt_file_is_moved_aside_and_logged(tmp_path, caplog, content, reason):
     directory = tmp_path / "sessions"
@@ -397,3 +408,33 @@ def test_kill_9_mid_commit_loses_at_most_the_exchange_in_flight(tmp_path, caplog
         committed = len(history) // 4
         assert history == exchanges(1, committed)
         assert reported <= committed <= reported + 1
+
+
+# ---- the disk refuses ----
+
+def test_no_file_descriptors_left_is_a_storage_error_and_changes_nothing(tmp_path):
+    store = open_store(tmp_path)
+    store.commit("s", exchange(1))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    taken = []
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                taken.append(os.open(os.devnull, os.O_RDONLY))
+        assert full.value.errno == errno.EMFILE
+        with pytest.raises(StorageError, match=r"^session 's' was not written: Too many open "):
+            store.commit("s", exchange(2))
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert store.load("s") == exchange(1)  # memory as before the failed commit
+    assert open_store(tmp_path).load("s") == exchange(1)  # and the file
+    assert not [n for n in os.listdir(tmp_path / "sessions") if ".tmp-" in n]
+
+
+def test_an_unusable_directory_is_a_storage_error_at_open(tmp_path):
+    (tmp_path / "sessions").write_text("a file, not a directory")
+    with pytest.raises(StorageError, match=r"^session directory .*sessions: File exists"):
+        open_store(tmp_path)

@@ -51,7 +51,9 @@ class ErrorCode(enum.StrEnum):
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
     SHUTTING_DOWN = "shutting_down"
+    NOT_A_STREAM = "not_a_stream"
     FORGOTTEN = "forgotten"
+    STORAGE_ERROR = "storage_error"
     OVERFLOW = "overflow"
     NOT_ALLOWED = "not_allowed"
     INTERNAL_ERROR = "internal_error"
@@ -134,8 +136,10 @@ class UpstreamWarning(Reply):
     detail: str
 
 
-@_reply("done")
+@_reply("done", omitted_when_none=("dropped_events", "error"))
 class Done(Reply):
+    """dropped_events: upstream events lost, counted by warning code (a
+    damaged answer); error: why the exchange was not kept (kept false)."""
     session: str
     finish_reason: str | None
     raw_finish_reason: str | None
@@ -143,6 +147,9 @@ class Done(Reply):
     text: str
     steps: int
     attempts: int
+    dropped_events: Mapping[str, int] | None = None
+    kept: bool = True
+    error: Mapping[str, str] | None = None
 
 
 class _Absent:

@@ -38,6 +38,7 @@ from agent.api.replies import PROTOCOL_VERSION, ErrorCode, RequestId, encode
 from agent.api.statistics import ActiveAsk, Counters, Outcome, Statistics
 from agent.lines import Line, LineReader
 from agent.session.codec import turn_summary
+from agent.session.store import StorageError
 
 log = logging.getLogger("homeagent.api")
 
@@ -428,6 +429,10 @@ class ApiServer:
                 reply = replies.Ok(forgotten=await self.runner.forget(session))
         except ValueError as exc:
             reply = replies.Error(ErrorCode.BAD_SESSION, str(exc))
+        except StorageError as exc:
+            log.error("client %d: %s id=%r: the disk refused: %s", conn.number, request.op,
+                      request.id, exc)
+            reply = replies.Error(ErrorCode.STORAGE_ERROR, str(exc))
         except Exception:
             log.exception("client %d: %s id=%r failed inside the daemon", conn.number,
                           request.op, request.id)

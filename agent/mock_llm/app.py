@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
 from agent.mock_llm import scripts, wire
 
-FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage"})
+FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage",
+                    "json-error", "not-streamed", "html", "empty", "gzip", "deflate",
+                    "cut-json"})
 MASKED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 REQUESTS_PATH = "/_mock/requests"
 
@@ -83,8 +86,19 @@ class MockApp:
                 return _json_reply(500, fmt.error_body(500, "internal server error (mock)"))
         if "garbage" in faults:
             return Reply(200, [("content-type", "text/event-stream")], [GARBAGE], streaming=True)
+        # Answers that are no stream, all with HTTP 200: what a misconfigured
+        # server or a proxy in the way sends.
+        if "json-error" in faults:
+            return _json_reply(200, fmt.error_body(404, "model 'mock-small' not loaded (mock)"))
+        if "html" in faults:
+            page = b"<html><body><h1>Welcome to the hotel network</h1></body></html>\n"
+            return Reply(200, [("content-type", "text/html; charset=utf-8"),
+                               ("content-length", str(len(page)))], [page])
+        if "empty" in faults:
+            return Reply(200, [("content-type", "text/event-stream"),
+                               ("content-length", "0")], [])
 
-        streaming = request.get("stream") is True
+        streaming = request.get("stream") is True and "not-streamed" not in faults
         conversation = fmt.conversation(request)
         answer = scripts.choose_answer(conversation)
         forced = names.get("x-mock-tool-call")
@@ -105,6 +119,9 @@ class MockApp:
         reply = Reply(200, headers_out, parts, streaming=streaming,
                       delay=_delay(names.get("x-mock-delay-ms")))
         _apply_cut(reply, faults, fmt, turn)
+        for encoding in ("gzip", "deflate"):
+            if encoding in faults:
+                _compress(reply, encoding)
         return reply
 
     def _key_ok(self, fmt, headers: dict) -> bool:
@@ -138,6 +155,24 @@ def _apply_cut(reply: Reply, faults: set, fmt, turn: wire.Turn) -> None:
     elif "error-event" in faults and reply.streaming:
         reply.parts = reply.parts[:middle] + [
             fmt.error_event("the model is overloaded (mock)", turn, middle)]
+    elif "cut-json" in faults and reply.streaming:
+        # The middle event's JSON loses its second half; the event still ends.
+        part = reply.parts[middle]
+        data = part.rstrip(b"\r\n")
+        reply.parts[middle] = data[:len(data) // 2] + part[len(data):]
+
+
+def _compress(reply: Reply, encoding: str) -> None:
+    """Content-Encoding gzip or deflate (zlib format), each part flushed so
+    that it decodes as it arrives."""
+    z = zlib.compressobj(wbits=31 if encoding == "gzip" else 15)
+    parts = [z.compress(part) + z.flush(zlib.Z_SYNC_FLUSH) for part in reply.parts]
+    parts[-1] += z.flush()
+    reply.parts = parts
+    reply.headers = [(k, v) for k, v in reply.headers if k != "content-length"]
+    reply.headers.append(("content-encoding", encoding))
+    if not reply.streaming:
+        reply.headers.append(("content-length", str(sum(map(len, parts)))))
 
 
 def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:

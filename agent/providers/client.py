@@ -17,7 +17,16 @@ Answer comes back. The rules:
 - A body that stops after events were forwarded (connection lost, read
   timeout, the overall deadline) is not an exception: the Answer holds the
   partial message, the decoder's MessageIncomplete and why it stopped.
-- The response body goes from `aiter_raw()` to the decoder as bytes.
+- The response body goes from `aiter_raw()` to the decoder as bytes. A
+  2xx answer is looked at first: Content-Encoding gzip or deflate is
+  decoded here, in bounded pieces, before the core (any other encoding is
+  refused by name); a Content-Type other than text/event-stream (none at
+  all is taken as a stream) is not decoded: a JSON error body ({"error":
+  ...}, "model not loaded") becomes the Answer's provider_error, a whole
+  JSON completion (a server ignoring "stream": true) and anything else are
+  refused, by content type, in Answer.refused. So is an empty body.
+- The API key is masked in the raw bytes and details of warnings before
+  they are passed on: a server may echo the request back.
 - Cancelling the caller closes the response (and its connection) at once;
   a complete answer leaves the connection in the client's pool, so pass one
   AsyncClient for all requests to keep connections alive.
@@ -31,8 +40,9 @@ import json
 import math
 import random
 import time
+import zlib
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterator
 
 import httpx
 import trio
@@ -42,6 +52,7 @@ from agent.providers.requests import Conversation, Provider, Tool, build_request
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from agent.stream.jsonscan import loads
 from agent.stream.message import Message
 
 DECODERS = {"openai-chat": OpenAIChatDecoder, "anthropic": AnthropicDecoder,
@@ -49,6 +60,8 @@ DECODERS = {"openai-chat": OpenAIChatDecoder, "anthropic": AnthropicDecoder,
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx (Anthropic's 529 overloaded too)
 ERROR_BODY_LIMIT = 64 * 1024
 ERROR_MESSAGE_LIMIT = 500
+STREAM_TYPE = "text/event-stream"
+INFLATE_PIECE = 64 * 1024  # decoded bytes per piece: a compressed read may expand 1000-fold
 
 
 class UpstreamError(Exception):
@@ -95,11 +108,12 @@ class Answer:
     attempts: int                                    # HTTP requests made
     incomplete: ev.MessageIncomplete | None = None   # the body ended before the protocol's end
     interrupted: str | None = None                   # why the body stopped early, if it did
-    provider_error: rec.ProviderError | None = None  # the first error event inside the stream
+    provider_error: rec.ProviderError | None = None  # the first error event, or an error body
+    refused: str | None = None                       # why a 2xx body was not decoded
 
     @property
     def ok(self) -> bool:
-        return self.incomplete is None and self.provider_error is None
+        return self.incomplete is None and self.provider_error is None and self.refused is None
 
 
 class _Retry(Exception):
@@ -120,16 +134,35 @@ class _Run:
         self.interrupted: str | None = None
         self.last_error: UpstreamError | None = None  # of the attempt before a retry wait
         self.provider_error: rec.ProviderError | None = None
+        self.refused: str | None = None
 
     async def emit(self, events: list) -> None:
         for event in events:
             self.forwarded = True
             if isinstance(event, rec.ProviderError) and self.provider_error is None:
                 self.provider_error = event
+            elif isinstance(event, (rec.DecodeWarning, rec.UnknownField)):
+                self._mask(event)
             if self.on_event is not None:
                 await self.on_event(event)
 
+    def _mask(self, warning: rec.DecodeWarning | rec.UnknownField) -> None:
+        key = self.provider.api_key
+        if not key:
+            return
+        if isinstance(warning, rec.UnknownField):
+            warning.preview = warning.preview.replace(key.encode(), b"***")
+            return
+        if warning.raw is not None:
+            warning.raw = warning.raw.replace(key.encode(), b"***")
+        if warning.detail is not None:
+            warning.detail = warning.detail.replace(key, "***")
+
     async def finish(self) -> Answer:
+        if self.refused is not None or (self.provider_error is not None and not self.forwarded):
+            # Nothing was decoded: no end-of-stream events for a body that was no stream.
+            return Answer(self.decoder.message, self.attempts, None, None,
+                          self.provider_error, self.refused)
         closing = self.decoder.close()
         await self.emit(closing)
         incomplete = next((e for e in closing if isinstance(e, ev.MessageIncomplete)), None)
@@ -177,8 +210,7 @@ async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict
                 if response.status_code in RETRY_STATUSES or response.status_code >= 500:
                     raise _Retry(error, error.retry_after)
                 raise error
-            async for read in response.aiter_raw():
-                await run.emit(run.decoder.feed(read))
+            await _body(run, response)
     except httpx.TransportError as exc:
         if run.forwarded:
             run.interrupted = _describe(exc)
@@ -189,6 +221,103 @@ async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict
         if isinstance(exc, httpx.ReadTimeout):
             raise error from exc
         raise _Retry(error) from exc
+
+
+async def _body(run: _Run, response: httpx.Response) -> None:
+    """A 2xx body: an event stream into the decoder, or why it is none."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "deflate"):
+        run.refused = (f"HTTP {response.status_code} with content encoding {encoding!r}: "
+                       "only gzip and deflate are decoded")
+        return
+    inflater = None if encoding == "identity" else Inflater(encoding)
+    media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    try:
+        if media and media != STREAM_TYPE:
+            await _not_a_stream(run, response, media, inflater)
+            return
+        received = 0
+        async for read in response.aiter_raw():
+            for piece in inflater.feed(read) if inflater else (read,):
+                received += len(piece)
+                await run.emit(run.decoder.feed(piece))
+    except zlib.error as exc:
+        why = f"the {encoding} body does not decode: {exc}"
+        if run.forwarded:
+            run.interrupted = why
+        else:
+            run.refused = why
+        return
+    if not received:
+        run.refused = f"HTTP {response.status_code} with an empty body, no event stream"
+
+
+async def _not_a_stream(run: _Run, response: httpx.Response, media: str,
+                        inflater: "Inflater | None") -> None:
+    """A 2xx body of another type: a JSON error is the provider's error;
+    a JSON completion, anything else or nothing at all is refused by name."""
+    status = response.status_code
+    if media != "application/json" and not media.endswith("+json"):
+        run.refused = f"HTTP {status} with content type {media!r}, not {STREAM_TYPE}"
+        return
+    body = bytearray()
+    async for read in response.aiter_raw():
+        for piece in inflater.feed(read) if inflater else (read,):
+            body += piece
+            if len(body) > ERROR_BODY_LIMIT:
+                run.refused = (f"HTTP {status} with a {media} body over {ERROR_BODY_LIMIT} "
+                               f"bytes, not {STREAM_TYPE}")
+                return
+    if not body.strip():
+        run.refused = f"HTTP {status} with an empty {media} body, no event stream"
+        return
+    try:
+        value = loads(bytes(body))
+    except ValueError as exc:
+        run.refused = f"HTTP {status} with a {media} body that is not JSON ({exc})"
+        return
+    if isinstance(value, dict) and value.get("error") is not None:
+        error = value["error"]
+        kind = (error.get("type") or error.get("code")) if isinstance(error, dict) else None
+        message = Masker(run.provider.secrets()).mask(
+            _error_message(bytes(body)) or "an error without a message")
+        run.provider_error = rec.ProviderError(kind if isinstance(kind, str) else None,
+                                               message[:ERROR_MESSAGE_LIMIT], None)
+        return
+    # Decided: a whole completion is refused, not decoded: a server that
+    # ignores "stream": true is misconfigured, and saying so beats a second
+    # decoder per wire format for one case.
+    whole = isinstance(value, dict) and any(k in value for k in ("choices", "content", "output"))
+    run.refused = (f"HTTP {status} with a whole completion ({media}) instead of an event stream: "
+                   "the server ignored \"stream\": true" if whole else
+                   f"HTTP {status} with a {media} body that is neither an event stream nor an "
+                   "error")
+
+
+class Inflater:
+    """gzip or deflate decoded in pieces of at most INFLATE_PIECE bytes, so
+    memory stays bounded whatever the compression ratio. deflate is zlib's
+    format (RFC 9110); a raw deflate body, which some servers send, is
+    recognised at its first bytes. Raises zlib.error on a corrupt body."""
+
+    def __init__(self, encoding: str) -> None:
+        self._raw_fallback = encoding == "deflate"
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip"
+                                     else zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        try:
+            piece = self._z.decompress(data, INFLATE_PIECE)
+        except zlib.error:
+            if not self._raw_fallback:
+                raise
+            self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+            piece = self._z.decompress(data, INFLATE_PIECE)
+        self._raw_fallback = False
+        while piece:
+            yield piece
+            piece = self._z.decompress(self._z.unconsumed_tail, INFLATE_PIECE) \
+                if self._z.unconsumed_tail else b""
 
 
 async def _http_error(provider: Provider, response: httpx.Response) -> ProviderHTTPError:

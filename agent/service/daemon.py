@@ -34,7 +34,7 @@ from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
 from agent.session.runner import Runner, Upstream
-from agent.session.store import SessionStore
+from agent.session.store import SessionStore, StorageError
 
 log = logging.getLogger("homeagent.daemon")
 
@@ -82,9 +82,12 @@ async def _serve(config: Config, environ: Mapping[str, str]) -> None:
     # Signals are caught from the start (queued until the daemon reads them):
     # a SIGTERM right after READY=1 must drain, not kill with the default action.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        store = SessionStore(os.path.join(config.daemon.state_directory, "sessions"),
-                             max_turns=config.sessions.max_turns,
-                             max_bytes=config.sessions.max_bytes)
+        try:
+            store = SessionStore(os.path.join(config.daemon.state_directory, "sessions"),
+                                 max_turns=config.sessions.max_turns,
+                                 max_bytes=config.sessions.max_bytes)
+        except StorageError as exc:
+            raise StartupError(f"the state directory is not usable: {exc}") from None
         bound = _listen(config, environ)
         try:
             async with httpx.AsyncClient(limits=HTTP_LIMITS, timeout=None) as client:

@@ -59,6 +59,8 @@ def turn_summary(turn) -> dict:
         summary["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments}
                                  for c in message.tool_calls]
     summary["finish_reason"] = _value(message.finish_reason)
+    if message.dropped_events:
+        summary["dropped_events"] = dict(message.dropped_events)  # a damaged answer
     return summary
 
 
@@ -75,6 +77,7 @@ def _message_to_json(message: Message) -> dict:
         "finish_reason": _value(message.finish_reason),
         "raw_finish_reason": message.raw_finish_reason,
         "stop_sequence": message.stop_sequence,
+        "dropped_events": message.dropped_events or None,
     })
 
 
@@ -109,7 +112,14 @@ def _message_from_json(message: _Reader) -> Message:
         finish_reason=message.enum("finish_reason", FinishReason),
         raw_finish_reason=message.optional("raw_finish_reason", str),
         stop_sequence=message.optional("stop_sequence", str),
+        dropped_events=_counts(message.optional("dropped_events", dict) or {}, "dropped_events"),
     )
+
+
+def _counts(obj: dict, where: str) -> dict[str, int]:
+    """A JSON object of names to counts, each checked."""
+    counts = _Reader(obj, where)
+    return {name: counts.required(name, int) for name in obj}
 
 
 def _part_from_json(obj: Any, where: str):

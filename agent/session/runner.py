@@ -21,11 +21,20 @@ out) is an error result for the model, not an error of the ask.
 History: asks on one session run one at a time (a lock per session), and an
 exchange (the prompt, every step's message, every tool result) is committed
 only when the ask ends with done, so a history never holds half an answer.
-A failed, interrupted or cancelled ask commits nothing.
+A failed, interrupted or cancelled ask commits nothing. When the disk
+refuses the commit (full, read-only, ...), the answer has still arrived
+whole: the ask ends with done, its text and `kept: false` with a
+storage_error saying why, not with an error that would lose the text.
+
+Damage: an upstream event the decoder had to drop (not JSON, too large...)
+is a warning as it happens; done counts them in dropped_events, and the
+stored message keeps the same counts, so the history shows the turn as
+damaged rather than as a whole answer.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
@@ -46,9 +55,10 @@ from agent.providers import (
 )
 from agent.providers.requests import Provider
 from agent.devices.hub import ToolOutcome
-from agent.session.store import check_session_id
+from agent.session.store import StorageError, check_session_id
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
+from agent.stream.decoders.damage import warning_detail
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
@@ -56,6 +66,8 @@ USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tok
 
 Emit = Callable[[replies.Reply], Awaitable[None]]
 DEFAULT_TOOL_STEPS = 8
+
+log = logging.getLogger("homeagent.session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +169,14 @@ class Runner:
             # session back.
             raise AskFailed(replies.Error(ErrorCode.FORGOTTEN, f"session {session!r} was "
                                           "forgotten during the ask; the answer is not kept"))
-        await self._store(self.store.commit, session, exchange)
-        await emit(done_reply(session, messages, attempts))
+        try:
+            await self._store(self.store.commit, session, exchange)
+            not_kept = None
+        except StorageError as exc:
+            log.error("session %s: the disk refused the answer: %s", session, exc)
+            not_kept = replies.Error(ErrorCode.STORAGE_ERROR,
+                                     f"{exc}; the answer was not kept in the history")
+        await emit(done_reply(session, messages, attempts, not_kept))
 
     async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
                     run_tools: bool):
@@ -235,6 +253,8 @@ def _failure(provider: str, answer) -> AskFailed | None:
             ErrorCode.PROVIDER_ERROR,
             f"{provider}: {error.message or 'error event without a message'}",
             provider_type=error.type))
+    if answer.refused is not None:
+        return AskFailed(replies.Error(ErrorCode.NOT_A_STREAM, f"{provider}: {answer.refused}"))
     if not answer.ok:
         why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
                                      else "the stream ended early")
@@ -258,13 +278,10 @@ def event_reply(event: object) -> replies.Reply | None:
         return replies.ToolCall(call.id, call.name,
                                 call.parsed if call.parsed is not None else call.arguments,
                                 call.error.value if call.error is not None else None)
-    if isinstance(event, rec.DecodeWarning):
-        return replies.UpstreamWarning(event.code.name.lower(), event.detail)
-    if isinstance(event, rec.FramingError):
-        return replies.UpstreamWarning(event.code.name.lower(),
-                                       f"an event of {event.size} bytes was dropped")
+    if isinstance(event, (rec.DecodeWarning, rec.FramingError)):
+        return replies.UpstreamWarning(event.code.name.lower(), warning_detail(event))
     if isinstance(event, rec.UnknownField):
-        return replies.UpstreamWarning("unknown_sse_field", event.name)
+        return replies.UpstreamWarning("unknown_sse_field", warning_detail(event))
     return None
 
 
@@ -281,11 +298,19 @@ def usage_reply(messages: list[Message]) -> dict[str, int] | None:
     return totals or None
 
 
-def done_reply(session: str, messages: list[Message], attempts: int) -> replies.Done:
+def done_reply(session: str, messages: list[Message], attempts: int,
+               not_kept: replies.Error | None = None) -> replies.Done:
     """The done reply of an ask: the last message's finish, the text of every
-    step (what the deltas carried), usage summed over the steps."""
+    step (what the deltas carried), usage and dropped events summed over the
+    steps; not_kept is why the exchange is not in the history."""
     last = messages[-1]
     finish = last.finish_reason
+    dropped: dict[str, int] = {}
+    for message in messages:
+        for code, count in message.dropped_events.items():
+            dropped[code] = dropped.get(code, 0) + count
     return replies.Done(session, finish.value if finish is not None else None,
                         last.raw_finish_reason, usage_reply(messages),
-                        "".join(m.text for m in messages), len(messages), attempts)
+                        "".join(m.text for m in messages), len(messages), attempts,
+                        dropped or None, not_kept is None,
+                        None if not_kept is None else not_kept.fields())

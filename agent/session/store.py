@@ -7,7 +7,11 @@ Names in the directory:
   they are removed at startup; the leading dot keeps them apart from session
   files, since no id starts with a dot.
 - `<id>.json.corrupt-<unix time>`: a session file that did not read at
-  startup, moved aside for a person to look at; that session starts empty.
+  startup, or is not a regular file (a directory, a FIFO, a symlink), moved
+  aside for a person to look at; that session starts empty. Files are opened
+  non-blocking and without following links, so a FIFO cannot hang startup.
+  They are parsed by the strict scanner (agent/stream/jsonscan.py): a NaN or
+  an Infinity is a corrupt file, never a value a reply would have to carry.
 
 Every session file is read when the store opens: the files are small, a
 corrupt one shows at startup rather than in the middle of an answer, and
@@ -17,6 +21,13 @@ one store owns its directory, and files put there later are not seen.
 A write goes to a temporary file in the same directory, is fsynced, replaces
 the session file by rename and the directory is fsynced: a kill (or a power
 cut) at any instant leaves either the old or the new file, complete.
+
+The disk can fail (ENOSPC, EROFS, EACCES, EMFILE, a directory where a
+session file should be): every OSError of the store is raised as a
+StorageError naming the operation and the OS's reason, with memory left as
+it was before the call. Opening checks the directory is writable, so an
+unusable state directory stops the daemon at start rather than at the first
+answer.
 
 Not thread-safe: the caller serialises the calls for one session. Calls for
 different sessions may run in different threads; they share only the dict of
@@ -28,13 +39,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 
 from agent.providers.requests import UserTurn
 from agent.session.codec import turn_from_json, turn_to_json
+from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, loads_flagged
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch; ids become file names
 FORMAT_VERSION = 1
@@ -45,6 +59,17 @@ _TEMP = re.compile(rf"\.(?:{SESSION_ID.pattern})\.json\.tmp-\d+")
 _SUFFIX = ".json"
 _SEPARATOR = b",\n"
 _TAIL = b"\n]}\n"
+_PROBE = "probe"  # a session id: its write test is a temporary file _TEMP matches
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+class StorageError(Exception):
+    """The disk refused: str() names what was being done and the OS's reason."""
+
+    def __init__(self, doing: str, exc: OSError) -> None:
+        super().__init__(f"{doing}: {exc.strerror or exc}")
+        self.errno = exc.errno
 
 
 @dataclass
@@ -58,12 +83,18 @@ class SessionStore:
     def __init__(self, directory: str, *, max_turns: int, max_bytes: int) -> None:
         self.set_limits(max_turns=max_turns, max_bytes=max_bytes)
         self.directory = directory
-        os.makedirs(directory, mode=0o700, exist_ok=True)
         self._sessions: dict[str, _Session] = {}
-        for name in sorted(os.listdir(directory)):
-            if _TEMP.fullmatch(name):
-                os.unlink(os.path.join(directory, name))
-            elif name.endswith(_SUFFIX) and SESSION_ID.fullmatch(name[:-len(_SUFFIX)]):
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            names = sorted(os.listdir(directory))
+            for name in names:
+                if _TEMP.fullmatch(name):
+                    os.unlink(os.path.join(directory, name))
+            os.unlink(self._write_temp(_PROBE, b""))  # a read-only or full disk shows now
+        except OSError as exc:
+            raise StorageError(f"session directory {directory}", exc) from exc
+        for name in names:
+            if name.endswith(_SUFFIX) and SESSION_ID.fullmatch(name[:-len(_SUFFIX)]):
                 self._read(name[:-len(_SUFFIX)])
 
     def set_limits(self, *, max_turns: int, max_bytes: int) -> None:
@@ -83,15 +114,17 @@ class SessionStore:
         old = self._sessions.get(check_session_id(session_id))
         turns = (old.turns if old else []) + list(new_turns)
         # ASCII JSON: a lone surrogate (a client may send "\ud800") still encodes.
-        encoded = [json.dumps(turn_to_json(turn), separators=(",", ":")).encode("ascii")
-                   for turn in turns]
+        encoded = [_ENCODER.encode(turn_to_json(turn)).encode("ascii") for turn in turns]
         updated = time.time()
         # The id needs no JSON escaping, and a float's repr is a JSON number.
         head = (f'{{"version":{FORMAT_VERSION},"id":"{session_id}",'
                 f'"updated":{updated!r},"turns":[\n').encode("ascii")
         first = self._first_kept(turns, encoded, len(head) + len(_TAIL))
         data = head + _SEPARATOR.join(encoded[first:]) + _TAIL
-        self._write(session_id, data)
+        try:
+            self._write(session_id, data)
+        except OSError as exc:
+            raise StorageError(f"session {session_id!r} was not written", exc) from exc
         self._sessions[session_id] = _Session(turns[first:], len(data), updated)
         return turns[:first]
 
@@ -99,9 +132,12 @@ class SessionStore:
         """Delete the session from memory and disk; False if there is none."""
         if check_session_id(session_id) not in self._sessions:
             return False
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(session_id))
-        self._sync_directory()
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(session_id))
+            self._sync_directory()
+        except OSError as exc:
+            raise StorageError(f"session {session_id!r} was not deleted", exc) from exc
         del self._sessions[session_id]
         return True
 
@@ -126,8 +162,14 @@ class SessionStore:
     def _read(self, session_id: str) -> None:
         path = self._path(session_id)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            fd = os.open(path, _READ_FLAGS)  # a symlink fails with ELOOP
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ValueError("not a regular file")
+                with open(fd, "rb", closefd=False) as f:
+                    data = f.read()
+            finally:
+                os.close(fd)
             turns, updated = _parse(session_id, data)
         # JSON and UTF-8 errors are ValueErrors; nesting too deep is a RecursionError.
         except (OSError, ValueError, RecursionError) as exc:
@@ -147,19 +189,29 @@ class SessionStore:
                   "the session starts empty", path, reason, aside)
 
     def _write(self, session_id: str, data: bytes) -> None:
-        temp = os.path.join(self.directory, f".{session_id}{_SUFFIX}.tmp-{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        temp = self._write_temp(session_id, data)
         try:
-            with open(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(temp, self._path(session_id))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
         self._sync_directory()
+
+    def _write_temp(self, session_id: str, data: bytes) -> str:
+        """data in a fsynced temporary file of the session: its path."""
+        temp = os.path.join(self.directory, f".{session_id}{_SUFFIX}.tmp-{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            with open(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+        return temp
 
     def _sync_directory(self) -> None:
         """Make a rename or unlink in the directory durable."""
@@ -183,7 +235,13 @@ def check_session_id(session_id: str) -> str:
 
 def _parse(session_id: str, data: bytes) -> tuple[list, float]:
     """The turns and update time of a session file; ValueError says what is wrong."""
-    doc = json.loads(data)
+    doc, flags = loads_flagged(data)
+    if flags & FLAG_BAD_UTF8:
+        raise ValueError("not UTF-8")
+    if flags & FLAG_LONE_SURROGATE:
+        # Valid strict JSON; only Python's parser keeps an escaped lone
+        # surrogate (a client's "\ud800") as it was committed.
+        doc = json.loads(data)
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if doc.get("version") != FORMAT_VERSION:
@@ -193,6 +251,9 @@ def _parse(session_id: str, data: bytes) -> tuple[list, float]:
     updated, turns = doc.get("updated"), doc.get("turns")
     if isinstance(updated, bool) or not isinstance(updated, (int, float)):
         raise ValueError("'updated' is not a number")
+    # The scanner keeps integers beyond int64 exact: one may be beyond a float too.
+    if not (isinstance(updated, float) or abs(updated) < 2 ** 53) or not math.isfinite(updated):
+        raise ValueError("'updated' is out of range")
     if not isinstance(turns, list):
         raise ValueError("'turns' is not an array")
     decoded = []

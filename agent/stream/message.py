@@ -99,6 +99,9 @@ class Message:
     finish_reason: FinishReason | None = None
     raw_finish_reason: str | None = None
     stop_sequence: str | None = None
+    # Upstream events dropped whole, by reason (a warning code): the answer
+    # is damaged, missing what they carried (agent/stream/decoders/damage.py).
+    dropped_events: dict[str, int] = field(default_factory=dict)
 
     @property
     def text(self) -> str:

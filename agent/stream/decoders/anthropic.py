@@ -93,7 +93,8 @@ class AnthropicDecoder(ProviderDecoder):
         m = self._msg
         m.usage = self._usage
         m.citations = [c for _, cs in sorted(self._citations.items()) for c in cs]
-        return build_message(m, [b for _, b in sorted(self._blocks.items())])
+        return build_message(m, [b for _, b in sorted(self._blocks.items())],
+                             self.dropped_events)
 
     # ---- dispatch ----
 

@@ -6,7 +6,9 @@ close() -> events, never raising on bad input. It passes the core's events
 through when they mean the same for every protocol (text, reasoning,
 usage, errors, warnings) and turns the protocol-specific ones (blocks,
 items, tool-call pieces, finish records) into the common events of
-agent.stream.decoders.events, while building the final Message.
+agent.stream.decoders.events, while building the final Message. Events
+the core had to drop are counted by reason (agent/stream/decoders/damage.py)
+into the Message's dropped_events.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
 from agent.stream.records import DecodeWarning, Protocol, WarningCode
+from agent.stream.decoders.damage import dropped_code
 from agent.stream.decoders.events import MessageIncomplete, ToolCallDone
 from agent.stream.message import (
     ArgumentsError,
@@ -112,11 +115,19 @@ class ProviderDecoder:
         self._core = StreamDecoder(self.PROTOCOL, buffer_size)
         self._ended = False   # the protocol's end was seen
         self._closed = False
+        self.dropped_events: dict[str, int] = {}  # reason -> events the core dropped
 
     def feed(self, data: bytes) -> list:
         out: list = []
         self._handle(self._core.feed(data), out)
+        self._count_dropped(out)
         return out
+
+    def _count_dropped(self, out: list) -> None:
+        for event in out:
+            code = dropped_code(event)
+            if code is not None:
+                self.dropped_events[code] = self.dropped_events.get(code, 0) + 1
 
     def close(self) -> list:
         """End of body: pending events, then what was left unfinished."""
@@ -125,6 +136,7 @@ class ProviderDecoder:
         self._closed = True
         out: list = []
         self._handle(self._core.close(), out)
+        self._count_dropped(out)
         if not self._ended:
             self._truncate(out)
             out.append(MessageIncomplete(f"the stream ended without {self.END}"))
@@ -143,6 +155,7 @@ class ProviderDecoder:
             out.append(ToolCallDone(builder.call, builder.finish(**finish), choice))
 
 
-def build_message(message: Message, parts: list) -> Message:
+def build_message(message: Message, parts: list, dropped_events: dict[str, int]) -> Message:
     message.parts = [p.build() for p in parts]
+    message.dropped_events = dict(dropped_events)
     return message

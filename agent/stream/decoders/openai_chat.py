@@ -61,7 +61,7 @@ class OpenAIChatDecoder(ProviderDecoder):
         m = choice.message
         m.id, m.model, m.usage = self._id, self._model, self._usage
         m.refusal = "".join(choice.refusal) if choice.refusal else None
-        return build_message(m, choice.parts)
+        return build_message(m, choice.parts, self.dropped_events)
 
     def _choice(self, index: int) -> _Choice:
         choice = self._choices.get(index)

@@ -123,7 +123,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
             for k in sorted(item.refusals):
                 refusal += item.refusals[k]
         m.refusal = "".join(refusal) if refusal else None
-        return build_message(m, parts)
+        return build_message(m, parts, self.dropped_events)
 
     # ---- items ----
 
