@@ -23,7 +23,9 @@ Settings (the device's own keys):
   as it is, anything else as JSON (true, 3, 0.5). stdout, stripped, is the
   result; a non-zero exit or a timeout is a ToolError.
 
-Runs are one at a time, in order (speech stays in order). A run that fails
+Runs are one at a time, in order (speech stays in order), tool runs
+included: a device never has more than one process running, however many
+calls the model makes at once (the unit's TasksMax counts them all). A run that fails
 is logged and counted (status()), and the next event runs: one bad sentence
 does not restart the device. A program that cannot be started at all
 (gone, no longer executable) raises out of run(): the hub reports the
@@ -141,6 +143,7 @@ class CommandDevice(Device):
         self.timeout, self.max_output, self.tools = timeout, max_output, dict(tools)
         self.runs = self.failures = self.timeouts = 0  # a timeout is not also a failure
         self.last_run: dict[str, Any] | None = None
+        self._one_run = trio.Lock()  # FIFO: runs start in the order they were asked for
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
@@ -205,12 +208,14 @@ class CommandDevice(Device):
 
     async def _execute(self, program: str, argv: list[str], stdin: bytes) -> _Run:
         """Run argv to completion or to the timeout, and log how it went."""
-        start = trio.current_time()
-        with trio.move_on_after(self.timeout) as scope:
-            done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
-                                          capture_stderr=True, check=False,
-                                          start_new_session=True, deliver_cancel=_terminate)
-        seconds = trio.current_time() - start
+        async with self._one_run:
+            start = trio.current_time()
+            with trio.move_on_after(self.timeout) as scope:
+                done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
+                                              capture_stderr=True, check=False,
+                                              start_new_session=True,
+                                              deliver_cancel=_terminate)
+            seconds = trio.current_time() - start
         if scope.cancelled_caught:
             log.warning("device %s: %s killed after %.2f s (timeout %g s)", self.name,
                         program, seconds, self.timeout)

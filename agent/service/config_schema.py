@@ -38,6 +38,7 @@ class SessionConfig:
     max_turns: int
     max_bytes: int
     max_tool_steps: int = 8
+    max_tool_calls: int = 8
 
 
 @dataclass(frozen=True)
