@@ -85,6 +85,15 @@ def forced_tool_call(spec: str) -> Answer:
                   tool_use=ToolUse(value["name"], {}, raw=arguments, count=count))
 
 
+def forced_text(spec: str) -> str:
+    """The answer text an x-mock-answer header asks for: a JSON string, so
+    that a header (ASCII, no controls) can carry any text, controls included."""
+    value = json.loads(spec)
+    if not isinstance(value, str):
+        raise ValueError('x-mock-answer is a JSON string: "..."')
+    return value
+
+
 def choose_answer(conversation: Conversation) -> Answer:
     if conversation.tool_result is not None:
         return Answer(confirmation(conversation.tool_result))
