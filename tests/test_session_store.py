@@ -25,7 +25,7 @@ from agent.session.codec import turn_from_json, turn_summary, turn_to_json
 from agent.session.store import SessionStore
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
-                                  ToolCall)
+                                  ToolCall, parse_arguments)
 from conftest import scaled, timeout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,13 +114,26 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=8)
 json_objects = st.dictionaries(texts, json_values, max_size=3)
+
+
+def decoded_call(id, name, arguments: str, complete: bool, cut: ArgumentsError | None,
+                 detail, item_id) -> ToolCall:
+    """A call as a decoder makes one: parsed from its arguments when it is
+    complete (the store keeps only the arguments), else cut off or too large."""
+    call = ToolCall(id, name, arguments, complete=complete, item_id=item_id)
+    if complete:
+        parse_arguments(call)
+    else:
+        call.error, call.error_detail = cut, detail
+    return call
 parts = st.one_of(
     st.builds(TextPart, texts),
     st.builds(ThinkingPart, texts, maybe_texts, maybe_texts, maybe_texts,
               st.none() | st.integers(0, 9)),
-    st.builds(ToolCall, maybe_texts, maybe_texts, texts, st.none() | json_objects,
-              st.none() | st.sampled_from(ArgumentsError), maybe_texts, st.booleans(),
-              maybe_texts))
+    st.builds(decoded_call, maybe_texts, maybe_texts,
+              texts | json_objects.map(json.dumps), st.booleans(),
+              st.sampled_from([None, ArgumentsError.TRUNCATED, ArgumentsError.TOO_LARGE]),
+              maybe_texts, maybe_texts))
 counts = st.none() | st.integers(0, 2**40)
 generated_turns = st.one_of(
     st.builds(UserTurn, texts),
@@ -397,3 +410,27 @@ def test_kill_9_mid_commit_loses_at_most_the_exchange_in_flight(tmp_path, caplog
         committed = len(history) // 4
         assert history == exchanges(1, committed)
         assert reported <= committed <= reported + 1
+
+
+def test_a_calls_arguments_are_stored_once_and_parsed_again_on_reading(tmp_path):
+    arguments = json.dumps({"text": "x" * 5000})
+    call = ToolCall("call_1", "say", arguments, complete=True)
+    parse_arguments(call)
+    exchange = [UserTurn("say it"), AssistantTurn(Message(parts=[call])),
+                ToolResult("call_1", "say", "said")]
+    open_store(tmp_path).commit("once", exchange)
+    data = (tmp_path / "sessions" / "once.json").read_bytes()
+    assert data.count(b"x" * 5000) == 1
+    [_, stored, _] = open_store(tmp_path).load("once")
+    assert stored.message.parts == [call] and stored.message.parts[0].parsed == {"text": "x" * 5000}
+
+
+def test_a_file_that_also_holds_parsed_arguments_still_reads(tmp_path):
+    store = open_store(tmp_path)
+    call = ToolCall("call_1", "say", '{"a": 1}', parsed={"a": 1}, complete=True)
+    store.commit("old", [UserTurn("hi"), AssistantTurn(Message(parts=[call]))])
+    path = tmp_path / "sessions" / "old.json"
+    doc = json.loads(path.read_bytes())
+    doc["turns"][1]["parts"][0]["parsed"] = {"a": 1}  # as files written before kept it
+    path.write_text(json.dumps(doc))
+    assert open_store(tmp_path).load("old")[1].message.parts == [call]

@@ -39,6 +39,7 @@ class SessionConfig:
     max_bytes: int
     max_tool_steps: int = 8
     max_tool_calls: int = 8
+    max_tool_arguments: int = 65536
 
 
 @dataclass(frozen=True)

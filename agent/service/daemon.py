@@ -77,7 +77,9 @@ def upstreams_of(config: Config) -> dict[str, Upstream]:
 
 
 def tool_limits_of(config: Config) -> ToolLimits:
-    return ToolLimits(config.sessions.max_tool_steps, config.sessions.max_tool_calls)
+    sessions = config.sessions
+    return ToolLimits(sessions.max_tool_steps, sessions.max_tool_calls,
+                      sessions.max_tool_arguments)
 
 
 async def _serve(config: Config, environ: Mapping[str, str]) -> None:

@@ -16,7 +16,9 @@ goes back in the next request of the same ask. The loop is bounded: after
 max_tool_steps requests, calls still asked for are not run and get an error
 result, and the ask ends with done. One answer runs at most
 max_tool_calls calls; the calls past that get an error result too, so a
-model cannot make the daemon start or hold more than that per request.
+model cannot make the daemon start or hold more than that per request. A
+call's arguments past max_tool_arguments bytes are not kept (the decoder
+counts them and drops them), echoed or stored: the call gets an error result.
 Every bad call (unknown tool, arguments
 that are not JSON or do not match the schema, a device that fails or times
 out) is an error result for the model, not an error of the ask.
@@ -52,6 +54,7 @@ from agent.devices.hub import ToolOutcome
 from agent.session.store import check_session_id
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
+from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
@@ -65,6 +68,7 @@ class ToolLimits:
     """What the model's tool calls may make one ask do ([sessions] config)."""
     steps: int = 8             # model requests per ask
     calls_per_answer: int = 8  # calls run of one model response; the rest get error results
+    argument_bytes: int = DEFAULT_MAX_ARGUMENTS  # of one call; past it not kept, not run
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +214,8 @@ class Runner:
 
             try:
                 answer = await stream_answer(self.client, provider, conversation, tools,
-                                             on_event=forward, retries=upstream.retries)
+                                             on_event=forward, retries=upstream.retries,
+                                             max_tool_arguments=limits.argument_bytes)
                 failure = _failure(provider.name, answer)
             except ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
