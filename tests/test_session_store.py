@@ -304,12 +304,12 @@ def test_exchanges_are_never_split(tmp_path):
             assert_results_follow_calls(kept)
 
 
-def test_newest_exchange_is_kept_even_when_oversized(tmp_path):
+def test_newest_exchange_keeps_its_prompt_and_last_step_when_oversized(tmp_path):
     store = open_store(tmp_path, max_turns=1, max_bytes=10)
     assert store.commit("s", exchange(1)) == []
-    assert store.load("s") == exchange(1)
-    assert store.commit("s", exchange(2)) == exchange(1)
-    assert store.load("s") == exchange(2)
+    assert store.load("s") == [exchange(1)[0], exchange(1)[3]]
+    assert store.commit("s", exchange(2)) == [exchange(1)[0], exchange(1)[3]]
+    assert store.load("s") == [exchange(2)[0], exchange(2)[3]]
 
 
 def test_turns_before_the_first_user_turn_go_first(tmp_path):
@@ -434,3 +434,30 @@ def test_a_file_that_also_holds_parsed_arguments_still_reads(tmp_path):
     doc["turns"][1]["parts"][0]["parsed"] = {"a": 1}  # as files written before kept it
     path.write_text(json.dumps(doc))
     assert open_store(tmp_path).load("old")[1].message.parts == [call]
+
+
+def tool_step(call_id: str, padding: int) -> list:
+    call = ToolCall(call_id, "say", json.dumps({"text": "x" * padding}), complete=True)
+    parse_arguments(call)
+    return [AssistantTurn(Message(parts=[TextPart("Saying."), call])),
+            ToolResult(call_id, "say", "said")]
+
+
+def test_max_bytes_holds_for_the_newest_exchange_too(tmp_path):
+    store = open_store(tmp_path, max_bytes=4096)
+    store.commit("big", [UserTurn("an old one"), AssistantTurn(Message(parts=[TextPart("ok")]))])
+    last = AssistantTurn(Message(parts=[TextPart("All said.")]))
+    exchange = [UserTurn("say it all"), *tool_step("c1", 3000), *tool_step("c2", 3000),
+                *tool_step("c3", 100), last]
+    assert store.commit("big", exchange)[0] == UserTurn("an old one")
+    # Its earliest tool step went, and so it fits; the prompt and the rest stay.
+    assert store.load("big") == [exchange[0], *exchange[3:]]
+    assert (tmp_path / "sessions" / "big.json").stat().st_size <= 4096
+    assert open_store(tmp_path).load("big") == store.load("big")
+
+
+def test_an_exchange_of_one_step_over_max_bytes_is_kept_whole(tmp_path):
+    store = open_store(tmp_path, max_bytes=4096)
+    exchange = [UserTurn("say it"), *tool_step("c1", 5000)]
+    store.commit("one", exchange)
+    assert store.load("one") == exchange  # its prompt and its last step always stay
