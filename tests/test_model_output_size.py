@@ -21,7 +21,7 @@ from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.decoders.events import ToolCallDone
 from agent.stream.message import ArgumentsError
 from conftest import timeout
-from daemon_harness import Daemon, toml_value
+from daemon_harness import Daemon, command_device
 from helpers import of_type
 
 UNIT = Path(__file__).parent.parent / "agent" / "service" / "units" / "homeagent.service"
@@ -46,13 +46,12 @@ def big(tmp_path_factory, mock):
     call = {"name": "set_relay", "arguments": '{"channel": 2}', "size": SIZE}
     tool = {"name": "set_relay", "description": "Switch a relay", "parameters": SCHEMA,
             "timeout": timeout(10)}
-    device = ["[devices.relay]", 'type = "command"', 'argv = ["true"]', "events = []",
-              f"tool_argv = {toml_value({'set_relay': ['echo', '{channel}']})}",
-              f"tools = {toml_value([tool])}"]
+    device = command_device("relay", {"set_relay": ["echo", "{channel}"]}, [tool],
+                            argv=["true"], events=[])
     providers = {protocol: {"protocol": protocol,
                             "headers": {"x-mock-tool-call": json.dumps(call)}}
                  for protocol in PROTOCOLS}
-    daemon = Daemon(directory, mock.url, providers=providers, extra="\n".join(device)).start()
+    daemon = Daemon(directory, mock.url, providers=providers, extra=device).start()
     yield daemon
     assert daemon.stop() == 0, daemon.log()
 

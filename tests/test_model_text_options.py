@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 from conftest import timeout
-from daemon_harness import Daemon, toml_value
+from daemon_harness import Daemon, command_device
 from helpers import of_type
 
 SAFE = "Hello there, nothing to read."
@@ -21,9 +22,10 @@ SCHEMA = {"type": "object", "properties": {"word": {"type": "string"}},
           "required": ["word"], "additionalProperties": False}
 
 
+@contextmanager
 def printing_daemon(directory, mock_url: str, argv: list[str]):
     """A daemon whose speech device runs the argv printer per sentence and as
-    its tool `say`; (daemon, the log of arguments)."""
+    its tool `say`: yields (daemon, the log of arguments), stops it at the end."""
     log = directory / "argv.log"
     program = directory / "print-argv"
     program.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{log}'\necho said\n")
@@ -31,14 +33,20 @@ def printing_daemon(directory, mock_url: str, argv: list[str]):
     call = {"name": "say", "arguments": '{"word": "--version"}'}
     tool = {"name": "say", "description": "Say a word", "parameters": SCHEMA,
             "timeout": timeout(10)}
-    device = ["[devices.speech]", 'type = "command"', "first_sentence_chars = 1",
-              f"argv = {toml_value([str(program), *argv])}",
-              f"tool_argv = {toml_value({'say': [str(program), '{word}']})}",
-              f"tools = {toml_value([tool])}"]
+    device = command_device("speech", {"say": [str(program), "{word}"]}, [tool],
+                            first_sentence_chars=1, argv=[str(program), *argv])
     providers = {"answer": {"headers": {"x-mock-answer": json.dumps(ANSWER)}},
                  "tool": {"headers": {"x-mock-tool-call": json.dumps(call)}}}
-    daemon = Daemon(directory, mock_url, providers=providers, extra="\n".join(device))
-    return daemon.start(), log
+    daemon = Daemon(directory, mock_url, providers=providers, extra=device).start()
+    try:
+        yield daemon, log
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def ask(daemon: Daemon, provider: str) -> list[dict]:
+    with daemon.client() as client:
+        return list(client.request("ask", prompt="read it", provider=provider))
 
 
 def speech_status(daemon: Daemon) -> dict:
@@ -59,42 +67,30 @@ def wait_texts(daemon: Daemon, texts: int) -> dict:
 
 
 def test_a_sentence_that_is_an_option_is_skipped(tmp_path, mock):
-    daemon, log = printing_daemon(tmp_path, mock.url, ["-v", "en", "{text}"])
-    try:
-        with daemon.client() as client:
-            replies = list(client.request("ask", prompt="read", provider="answer"))
+    with printing_daemon(tmp_path, mock.url, ["-v", "en", "{text}"]) as (daemon, log):
+        replies = ask(daemon, "answer")
         assert replies[-1]["type"] == "done" and replies[-1]["text"] == ANSWER
         status = wait_texts(daemon, 2)
         assert log.read_text().splitlines() == ["-v", "en", SAFE]
         assert (status["runs"], status["refused"]) == (1, 1)
         assert "a text was skipped, nothing was run: the value of {text}, " \
                "'-f/etc/passwd.', starts with '-'" in daemon.log()
-    finally:
-        assert daemon.stop() == 0, daemon.log()
 
 
 def test_after_the_templates_double_dash_the_sentence_is_an_argument(tmp_path, mock):
-    daemon, log = printing_daemon(tmp_path, mock.url, ["-v", "en", "--", "{text}"])
-    try:
-        with daemon.client() as client:
-            list(client.request("ask", prompt="read", provider="answer"))
+    with printing_daemon(tmp_path, mock.url, ["-v", "en", "--", "{text}"]) as (daemon, log):
+        ask(daemon, "answer")
         assert wait_texts(daemon, 2)["refused"] == 0
         assert log.read_text().splitlines() == ["-v", "en", "--", "-f/etc/passwd.",
                                                 "-v", "en", "--", SAFE]
-    finally:
-        assert daemon.stop() == 0, daemon.log()
 
 
 def test_a_tool_argument_that_is_an_option_is_an_error_result(tmp_path, mock):
-    daemon, log = printing_daemon(tmp_path, mock.url, ["-v", "en", "--", "{text}"])
-    try:
-        with daemon.client() as client:
-            replies = list(client.request("ask", prompt="say it", provider="tool"))
+    with printing_daemon(tmp_path, mock.url, ["-v", "en", "--", "{text}"]) as (daemon, log):
+        replies = ask(daemon, "tool")
         [result] = of_type(replies, "tool_result")
         assert result["is_error"] is True
         assert result["content"].startswith(
             "nothing was run: the value of {word}, '--version', starts with '-'")
         assert replies[-1]["type"] == "done"
         assert "--version" not in (log.read_text() if log.exists() else "")
-    finally:
-        assert daemon.stop() == 0, daemon.log()

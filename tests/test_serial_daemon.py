@@ -328,19 +328,25 @@ def test_sentences_reach_the_board_whole_and_in_order(served, prompt):
     assert board.snapshot().count(HELLO) == 1
 
 
-def test_control_characters_reach_the_board_escaped(served):
-    daemon, board = served
+def controls_on_the_wire(daemon: Daemon, board: "SerialBoard") -> list[str]:
+    """Ask for the CONTROLS answer: the board's lines of it, each free of
+    raw controls and separators."""
     start = len(board.wait_for(lambda lines: lines, "the daemon's HELLO"))
     with daemon.client() as client:
         _, replies = ask_text(client, "Hello", provider="controls")
     assert_intact(replies, CONTROLS)
     lines = board.answer_lines(start, "the answer with controls")
-    wire = "\n".join(lines)
-    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", wire), lines
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", "\n".join(lines)), lines
+    return lines
+
+
+def test_control_characters_reach_the_board_escaped(served):
+    daemon, board = served
+    lines = controls_on_the_wire(daemon, board)
     # U+0085, U+2028 and U+2029 end a sentence, so they do not reach the
     # board in sentences at all; with send = "deltas" they go escaped.
     for escaped in ("\\x00", "\\x1b[2J", "\\x07", "\\x09", "\\x7f"):
-        assert escaped in wire, (escaped, lines)
+        assert escaped in "\n".join(lines), (escaped, lines)
     assert joined(texts(lines[:-1]), CONTROLS)  # and each unescapes to its text
 
 
@@ -349,16 +355,10 @@ def test_control_characters_in_deltas_reach_the_board_escaped(tmp_path, mock, bo
     daemon = board_daemon(tmp_path, mock, board.link, send="deltas", events=["delta", "done"])
     try:
         wait_state(daemon, "running", "at start")
-        start = len(board.wait_for(lambda lines: lines, "the daemon's HELLO"))
-        with daemon.client() as client:
-            _, replies = ask_text(client, "Hello", provider="controls")
-        assert_intact(replies, CONTROLS)
-        lines = board.answer_lines(start, "the deltas with controls")
-        wire = "\n".join(lines)
-        assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", wire), lines
+        lines = controls_on_the_wire(daemon, board)
         assert "".join(texts(lines[:-1])) == CONTROLS
         for escaped in ("\\x85", "\\u2028", "\\u2029"):
-            assert escaped in wire, (escaped, lines)
+            assert escaped in "\n".join(lines), (escaped, lines)
     finally:
         assert daemon.stop() == 0, daemon.log()
 

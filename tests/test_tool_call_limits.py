@@ -11,7 +11,7 @@ import json
 import shlex
 
 from conftest import timeout
-from daemon_harness import Daemon, toml_value
+from daemon_harness import Daemon, command_device
 from helpers import of_type
 
 SCHEMA = {"type": "object", "properties": {"channel": {"type": "integer"}},
@@ -35,12 +35,11 @@ def counting_daemon(directory, mock_url: str, calls: int, sessions: dict | None 
     call = {"name": "set_relay", "arguments": '{"channel": 2}', "count": calls}
     tool = {"name": "set_relay", "description": "Switch a relay", "parameters": SCHEMA,
             "timeout": timeout(10)}
-    device = ["[devices.relay]", 'type = "command"', 'argv = ["true"]', "events = []",
-              f"tool_argv = {toml_value({'set_relay': [str(program), '{channel}']})}",
-              f"tools = {toml_value([tool])}"]
+    device = command_device("relay", {"set_relay": [str(program), "{channel}"]}, [tool],
+                            argv=["true"], events=[])
     daemon = Daemon(directory, mock_url, sessions=sessions,
                     providers={"many": {"headers": {"x-mock-tool-call": json.dumps(call)}}},
-                    extra="\n".join(device))
+                    extra=device)
     return daemon.start(), log
 
 
