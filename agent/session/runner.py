@@ -14,14 +14,14 @@ Tools: the devices' tools go with each request. A tool call starts as soon
 as its arguments are complete, while the answer still streams; its result
 goes back in the next request of the same ask. The loop is bounded: after
 max_tool_steps requests, calls still asked for are not run and get an error
-result, and the ask ends with done. One answer runs at most
-max_tool_calls calls; the calls past that get an error result too, so a
-model cannot make the daemon start or hold more than that per request. A
-call's arguments past max_tool_arguments bytes are not kept (the decoder
-counts them and drops them), echoed or stored: the call gets an error result.
-Every bad call (unknown tool, arguments
-that are not JSON or do not match the schema, a device that fails or times
-out) is an error result for the model, not an error of the ask.
+result, and the ask ends with done. One answer runs at most max_tool_calls
+calls; the calls past that get an error result too, so a model cannot make
+the daemon start or hold more than that per request. A call's arguments
+past max_tool_arguments bytes are not kept (the decoder counts and drops
+them), echoed or stored: the call gets an error result. Every bad call
+(unknown tool, arguments that are not JSON or do not match the schema, a
+device that fails or times out) is an error result for the model, not an
+error of the ask.
 
 History: asks on one session run one at a time (a lock per session), and an
 exchange (the prompt, every step's message, every tool result) is committed
@@ -189,6 +189,7 @@ class Runner:
 
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
+                nonlocal completed
                 reply = event_reply(event)
                 if reply is not None:
                     await emit(reply)
@@ -197,7 +198,6 @@ class Runner:
                     # queue measures its reading, not the upstream's chunking.
                     await trio.lowlevel.checkpoint()
                 if isinstance(event, ev.ToolCallDone):
-                    nonlocal completed
                     completed += 1
                     if not run_tools:
                         outcomes[id(event.tool_call)] = ToolOutcome(
