@@ -80,6 +80,13 @@ def toml_value(value) -> str:
     return json.dumps(value)
 
 
+def command_device(name: str, tool_argv: dict, tools: list[dict], **settings) -> str:
+    """The TOML of a [devices.NAME] of type "command" offering tools."""
+    return "\n".join([f"[devices.{name}]", 'type = "command"',
+                      *(f"{key} = {toml_value(value)}" for key, value in settings.items()),
+                      f"tool_argv = {toml_value(tool_argv)}", f"tools = {toml_value(tools)}"])
+
+
 class Daemon:
     """One `homeagent serve` in tmp_path: config, socket, state, notify socket, log."""
 

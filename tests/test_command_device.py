@@ -100,10 +100,68 @@ LITERAL = [
 @pytest.mark.parametrize("text", LITERAL)
 async def test_text_is_one_literal_argument(text, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    device = make(argv=["printf", "%s", "{text}"])
+    # printf reads no option after its format: "-n ..." may start an argument.
+    device = make(argv=["printf", "%s", "{text}"], allow_dash=["text"])
     await feed(device, event("sentence", text=text), runs=1)
     assert device.last_run["stdout"] == text
     assert list(tmp_path.iterdir()) == []  # no shell ran anything
+
+
+def argv_printer(tmp_path):
+    """A program that writes each of its arguments on a line of a log: (path, log)."""
+    log = tmp_path / "argv.log"
+    program = tmp_path / "print-argv"
+    program.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{log}'\n")
+    program.chmod(0o755)
+    return str(program), log
+
+
+@pytest.mark.trio
+async def test_a_text_that_would_be_an_option_is_skipped(tmp_path):
+    program, log = argv_printer(tmp_path)
+    device = make(argv=[program, "-v", "en", "{text}"])
+    await feed(device, event("sentence", text="-f/etc/passwd"),
+               event("sentence", text="--version"), event("sentence", text="Fine."), runs=1)
+    assert log.read_text().splitlines() == ["-v", "en", "Fine."]
+    assert (device.status()["refused"], device.failures) == (2, 0)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("argv,settings,expected", [
+    (["--", "{text}"], {}, ["--", "-f/etc/passwd"]),          # after the template's --
+    (["{text}"], {"allow_dash": ["text"]}, ["-f/etc/passwd"]),  # the device allows it
+    (["--say={text}"], {}, ["--say=-f/etc/passwd"]),          # the template's own option
+    (["x{text}"], {}, ["x-f/etc/passwd"]),
+])
+async def test_where_a_leading_dash_may_go(tmp_path, argv, settings, expected):
+    program, log = argv_printer(tmp_path)
+    device = make(argv=[program, *argv], **settings)
+    await feed(device, event("sentence", text="-f/etc/passwd"), runs=1)
+    assert log.read_text().splitlines() == expected
+
+
+@pytest.mark.trio
+async def test_a_tool_argument_that_would_be_an_option_is_refused(tmp_path):
+    program, log = argv_printer(tmp_path)
+    device = make(tools=(ECHO,), argv=["true"],
+                  tool_argv={"echo": [program, "{word}", "{count}"]})
+    with pytest.raises(command.OptionRefused) as refused:
+        await device.call_tool("echo", {"word": "--version", "count": 1})
+    assert str(refused.value) == ("nothing was run: the value of {word}, '--version', starts "
+                                  f"with '-' and {program} would read it as an option")
+    with pytest.raises(command.OptionRefused):
+        await device.call_tool("echo", {"word": "ok", "count": -1})  # JSON values too
+    assert not log.exists()
+    assert await device.call_tool("echo", {"word": "ok", "count": 2}) == ""
+    assert log.read_text().splitlines() == ["ok", "2"]
+
+
+def test_allow_dash_names_placeholders_of_the_device():
+    with pytest.raises(SettingError) as error:
+        make(argv=["true"], allow_dash=["txt"])
+    assert error.value.key == "allow_dash" and "'txt' is no placeholder" in str(error.value)
+    assert make(tools=(ECHO,), argv=["true"], tool_argv={"echo": ["true"]},
+                allow_dash=["word", "text"]).allow_dash == {"word", "text"}
 
 
 @pytest.mark.trio
@@ -240,7 +298,7 @@ async def test_tool_failures_are_tool_errors():
 @pytest.mark.trio
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 async def test_espeak_ng_writes_wav_to_stdout():
-    device = make(argv=["espeak-ng", "--stdout", "{text}"], max_output=64)
+    device = make(argv=["espeak-ng", "--stdout", "--", "{text}"], max_output=64)
     await feed(device, event("sentence", text="Hello."), runs=1)
     assert device.last_run["exit"] == 0
     assert device.last_run["stdout"].startswith("RIFF")

@@ -13,6 +13,7 @@ state poll it, nothing sleeps for a fixed time.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -33,6 +34,11 @@ from helpers import of_type
 from test_serial_device import Board
 
 HELLO = f"HELLO 1 homeagent {__version__}"
+# An answer with what a board's terminal or parser could act on: NUL, ESC
+# (a clear-screen sequence), BEL, TAB, DEL, U+0085 and U+2028 (line breaks to
+# some parsers), U+2029.
+CONTROLS = ("Line one\x00 ends\x1b[2J here\x07. Tab\there, del\x7f, next\x85line "
+            "and\u2028separator\u2029too.")
 DEVICE_ASK = {"device": "board", "session": "device-board"}
 SWITCH = "switch on relay 3"
 RESULT = "relay 3 is on"          # what the board answers to RELAY 3 true
@@ -44,7 +50,8 @@ SCHEMA = {"type": "object",
 PROVIDERS = {"chat": {"protocol": "openai-chat"}, "anthropic": {"protocol": "anthropic"},
              "responses": {"protocol": "openai-responses"},
              # 50 ms before each part of the stream: an answer takes about a second
-             "slow": {"headers": {"x-mock-delay-ms": "50"}}}
+             "slow": {"headers": {"x-mock-delay-ms": "50"}},
+             "controls": {"headers": {"x-mock-answer": json.dumps(CONTROLS)}}}
 # prompt -> the mock's answer; each has two sentences or more
 ANSWERS = {"Hello": ENGLISH, "Auf Deutsch, bitte": GERMAN, "天气如何": CHINESE,
            "Any emoji?": EMOJI}
@@ -319,6 +326,41 @@ def test_sentences_reach_the_board_whole_and_in_order(served, prompt):
     assert_sentences(board.answer_lines(start, prompt), ANSWERS[prompt])
     assert board.snapshot()[0] == HELLO  # the HELLO came first, and only once
     assert board.snapshot().count(HELLO) == 1
+
+
+def controls_on_the_wire(daemon: Daemon, board: "SerialBoard") -> list[str]:
+    """Ask for the CONTROLS answer: the board's lines of it, each free of
+    raw controls and separators."""
+    start = len(board.wait_for(lambda lines: lines, "the daemon's HELLO"))
+    with daemon.client() as client:
+        _, replies = ask_text(client, "Hello", provider="controls")
+    assert_intact(replies, CONTROLS)
+    lines = board.answer_lines(start, "the answer with controls")
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", "\n".join(lines)), lines
+    return lines
+
+
+def test_control_characters_reach_the_board_escaped(served):
+    daemon, board = served
+    lines = controls_on_the_wire(daemon, board)
+    # U+0085, U+2028 and U+2029 end a sentence, so they do not reach the
+    # board in sentences at all; with send = "deltas" they go escaped.
+    for escaped in ("\\x00", "\\x1b[2J", "\\x07", "\\x09", "\\x7f"):
+        assert escaped in "\n".join(lines), (escaped, lines)
+    assert joined(texts(lines[:-1]), CONTROLS)  # and each unescapes to its text
+
+
+def test_control_characters_in_deltas_reach_the_board_escaped(tmp_path, mock, board):
+    board.plug()
+    daemon = board_daemon(tmp_path, mock, board.link, send="deltas", events=["delta", "done"])
+    try:
+        wait_state(daemon, "running", "at start")
+        lines = controls_on_the_wire(daemon, board)
+        assert "".join(texts(lines[:-1])) == CONTROLS
+        for escaped in ("\\x85", "\\u2028", "\\u2029"):
+            assert escaped in "\n".join(lines), (escaped, lines)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
 
 
 def tool_result_sent(provider: str, body: dict) -> tuple[str, str]:

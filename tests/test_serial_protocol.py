@@ -4,6 +4,8 @@ its named outcome. No pty, no trio: bytes and messages only."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,7 +61,11 @@ def daemon_says(text: str | bytes):
     ("back\\slash", "back\\\\slash"),
     ("\\n", "\\\\n"),              # a backslash and an n stay two characters
     ("\r\n", "\\r\\n"),
-    ("tab\tstays", "tab\tstays"),
+    ("tab\tgoes", "tab\\x09goes"),
+    ("\x00nul \x1b[2J esc \x07 \x7f", "\\x00nul \\x1b[2J esc \\x07 \\x7f"),
+    ("c1 \x85 \x9f, not \xa0", "c1 \\x85 \\x9f, not \xa0"),
+    ("\u2028 and \u2029", "\\u2028 and \\u2029"),
+    ("\\x41", "\\\\x41"),       # a backslash before an escape's letters is escaped itself
     (f"你好 {FAMILY}", f"你好 {FAMILY}"),
 ])
 def test_escape(text, wire):
@@ -72,6 +78,8 @@ def test_escape(text, wire):
     ("end\\", "end\\"),            # so is a trailing backslash
     ("\\\\\\n", "\\\n"),
     ("\\t", "\\t"),
+    ("\\x1b\\x1B\\x4", "\x1b\\x1B\\x4"),  # lower-case hex, two digits
+    ("\\u2028\\u2027", "\u2028\\u2027"),    # only the two separators
     ("a\\nb\\rc\\\\d", "a\nb\rc\\d"),
 ])
 def test_unescape_of_what_a_device_may_send(wire, text):
@@ -79,10 +87,12 @@ def test_unescape_of_what_a_device_may_send(wire, text):
 
 
 @settings(max_examples=scaled(300), derandomize=True)
-@given(st.text(alphabet=st.sampled_from(["a", " ", "\\", "n", "r", "\n", "\r", "你", "👍"])))
+@given(st.text(alphabet=st.sampled_from(["a", " ", "\\", "n", "r", "x", "u", "1", "b",
+                                         "2", "0", "8", "\n", "\r", "\x00", "\x1b", "\x85",
+                                         "\u2028", "你", "👍"])))
 def test_escape_round_trip(text):
     line = escape(text)
-    assert "\n" not in line and "\r" not in line
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line)
     assert unescape(line) == text
 
 

@@ -27,7 +27,7 @@ from agent.session.codec import turn_from_json, turn_summary, turn_to_json
 from agent.session.store import SessionStore, StorageError
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
-                                  ToolCall)
+                                  ToolCall, parse_arguments)
 from conftest import scaled, timeout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,13 +117,26 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
     max_leaves=8)
 json_objects = st.dictionaries(texts, json_values, max_size=3)
+
+
+def decoded_call(id, name, arguments: str, complete: bool, cut: ArgumentsError | None,
+                 detail, item_id) -> ToolCall:
+    """A call as a decoder makes one: parsed from its arguments when it is
+    complete (the store keeps only the arguments), else cut off or too large."""
+    call = ToolCall(id, name, arguments, complete=complete, item_id=item_id)
+    if complete:
+        parse_arguments(call)
+    else:
+        call.error, call.error_detail = cut, detail
+    return call
 parts = st.one_of(
     st.builds(TextPart, texts),
     st.builds(ThinkingPart, texts, maybe_texts, maybe_texts, maybe_texts,
               st.none() | st.integers(0, 9)),
-    st.builds(ToolCall, maybe_texts, maybe_texts, texts, st.none() | json_objects,
-              st.none() | st.sampled_from(ArgumentsError), maybe_texts, st.booleans(),
-              maybe_texts))
+    st.builds(decoded_call, maybe_texts, maybe_texts,
+              texts | json_objects.map(json.dumps), st.booleans(),
+              st.sampled_from([None, ArgumentsError.TRUNCATED, ArgumentsError.TOO_LARGE]),
+              maybe_texts, maybe_texts))
 counts = st.none() | st.integers(0, 2**40)
 generated_turns = st.one_of(
     st.builds(UserTurn, texts),
@@ -296,12 +309,12 @@ def test_exchanges_are_never_split(tmp_path):
             assert_results_follow_calls(kept)
 
 
-def test_newest_exchange_is_kept_even_when_oversized(tmp_path):
+def test_newest_exchange_keeps_its_prompt_and_last_step_when_oversized(tmp_path):
     store = open_store(tmp_path, max_turns=1, max_bytes=10)
     assert store.commit("s", exchange(1)) == []
-    assert store.load("s") == exchange(1)
-    assert store.commit("s", exchange(2)) == exchange(1)
-    assert store.load("s") == exchange(2)
+    assert store.load("s") == [exchange(1)[0], exchange(1)[3]]
+    assert store.commit("s", exchange(2)) == [exchange(1)[0], exchange(1)[3]]
+    assert store.load("s") == [exchange(2)[0], exchange(2)[3]]
 
 
 def test_turns_before_the_first_user_turn_go_first(tmp_path):
@@ -438,3 +451,54 @@ def test_an_unusable_directory_is_a_storage_error_at_open(tmp_path):
     (tmp_path / "sessions").write_text("a file, not a directory")
     with pytest.raises(StorageError, match=r"^session directory .*sessions: File exists"):
         open_store(tmp_path)
+
+
+def test_a_calls_arguments_are_stored_once_and_parsed_again_on_reading(tmp_path):
+    arguments = json.dumps({"text": "x" * 5000})
+    call = ToolCall("call_1", "say", arguments, complete=True)
+    parse_arguments(call)
+    exchange = [UserTurn("say it"), AssistantTurn(Message(parts=[call])),
+                ToolResult("call_1", "say", "said")]
+    open_store(tmp_path).commit("once", exchange)
+    data = (tmp_path / "sessions" / "once.json").read_bytes()
+    assert data.count(b"x" * 5000) == 1
+    [_, stored, _] = open_store(tmp_path).load("once")
+    assert stored.message.parts == [call] and stored.message.parts[0].parsed == {"text": "x" * 5000}
+
+
+def test_a_file_that_also_holds_parsed_arguments_still_reads(tmp_path):
+    store = open_store(tmp_path)
+    call = ToolCall("call_1", "say", '{"a": 1}', parsed={"a": 1}, complete=True)
+    store.commit("old", [UserTurn("hi"), AssistantTurn(Message(parts=[call]))])
+    path = tmp_path / "sessions" / "old.json"
+    doc = json.loads(path.read_bytes())
+    doc["turns"][1]["parts"][0]["parsed"] = {"a": 1}  # as files written before kept it
+    path.write_text(json.dumps(doc))
+    assert open_store(tmp_path).load("old")[1].message.parts == [call]
+
+
+def tool_step(call_id: str, padding: int) -> list:
+    call = ToolCall(call_id, "say", json.dumps({"text": "x" * padding}), complete=True)
+    parse_arguments(call)
+    return [AssistantTurn(Message(parts=[TextPart("Saying."), call])),
+            ToolResult(call_id, "say", "said")]
+
+
+def test_max_bytes_holds_for_the_newest_exchange_too(tmp_path):
+    store = open_store(tmp_path, max_bytes=4096)
+    store.commit("big", [UserTurn("an old one"), AssistantTurn(Message(parts=[TextPart("ok")]))])
+    last = AssistantTurn(Message(parts=[TextPart("All said.")]))
+    exchange = [UserTurn("say it all"), *tool_step("c1", 3000), *tool_step("c2", 3000),
+                *tool_step("c3", 100), last]
+    assert store.commit("big", exchange)[0] == UserTurn("an old one")
+    # Its earliest tool step went, and so it fits; the prompt and the rest stay.
+    assert store.load("big") == [exchange[0], *exchange[3:]]
+    assert (tmp_path / "sessions" / "big.json").stat().st_size <= 4096
+    assert open_store(tmp_path).load("big") == store.load("big")
+
+
+def test_an_exchange_of_one_step_over_max_bytes_is_kept_whole(tmp_path):
+    store = open_store(tmp_path, max_bytes=4096)
+    exchange = [UserTurn("say it"), *tool_step("c1", 5000)]
+    store.commit("one", exchange)
+    assert store.load("one") == exchange  # its prompt and its last step always stay

@@ -22,8 +22,18 @@ Settings (the device's own keys):
   placeholders are properties of the tool's parameters: a string goes in
   as it is, anything else as JSON (true, 3, 0.5). stdout, stripped, is the
   result; a non-zero exit or a timeout is a ToolError.
+- allow_dash: placeholders whose value may start an argument with `-`.
 
-Runs are one at a time, in order (speech stays in order). A run that fails
+Model text never becomes a program's option: an argument that would start
+with `-` from a placeholder's value (`{text}` = "-f/etc/passwd") is refused
+(OptionRefused: the tool call gets an error result, the sentence is skipped
+with a warning) unless it comes after a `--` argument of the template, or
+the placeholder is in allow_dash. A template's own options (`-v`, or
+`--voice={text}`, whose value cannot start an argument) are its own.
+
+Runs are one at a time, in order (speech stays in order), tool runs
+included: a device never has more than one process running, however many
+calls the model makes at once (the unit's TasksMax counts them all). A run that fails
 is logged and counted (status()), and the next event runs: one bad sentence
 does not restart the device. A program that cannot be started at all
 (gone, no longer executable) raises out of run(): the hub reports the
@@ -51,7 +61,9 @@ log = logging.getLogger("homeagent.devices")
 
 KILL_GRACE = 1.0  # seconds from SIGTERM to SIGKILL
 _PLACEHOLDERS = frozenset({"text", "session"})
-_KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv"})
+_KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv",
+                   "allow_dash"})
+END_OF_OPTIONS = "--"
 
 
 def _argument(value: str) -> str:
@@ -61,16 +73,35 @@ def _argument(value: str) -> str:
     return value.replace("\0", "").encode("utf-8", "replace").decode("utf-8")
 
 
+class OptionRefused(ToolError):
+    """A placeholder's value that would start an argument with `-`."""
+
+    def __init__(self, program: str, name: str, argument: str) -> None:
+        shown = argument if len(argument) <= 40 else argument[:40] + "..."
+        super().__init__(f"nothing was run: the value of {{{name}}}, {shown!r}, starts "
+                         f"with '-' and {program} would read it as an option")
+
+
 @dataclass(frozen=True, slots=True)
 class _Argv:
     """A checked argv template."""
     program: str        # as configured, for reports
     path: str           # resolved when the config loads
     args: tuple[templates.Template, ...]  # the arguments after the program
+    options_end: int    # index in args of the template's own `--`, or len(args)
 
-    def render(self, values: Mapping[str, Any]) -> list[str]:
-        """Raises ToolError naming a placeholder without a value."""
-        return [self.path, *(_argument(templates.render(arg, values)) for arg in self.args)]
+    def render(self, values: Mapping[str, Any], allow_dash: frozenset[str]) -> list[str]:
+        """Raises ToolError naming a placeholder without a value, OptionRefused
+        for a value that would be an option."""
+        argv = [self.path]
+        for index, template in enumerate(self.args):
+            argument = _argument(templates.render(template, values))
+            name = templates.leading_placeholder(template, values)
+            if argument.startswith("-") and index < self.options_end \
+                    and name is not None and name not in allow_dash:
+                raise OptionRefused(self.program, name, argument)
+            argv.append(argument)
+        return argv
 
 
 def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
@@ -87,7 +118,8 @@ def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
     path = shutil.which(program)
     if path is None:
         raise SettingError(key, f"program {program!r} not found or not executable")
-    return _Argv(program, path, args)
+    options_end = argv[1:].index(END_OF_OPTIONS) if END_OF_OPTIONS in argv[1:] else len(args)
+    return _Argv(program, path, args, options_end)
 
 
 def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
@@ -105,6 +137,17 @@ def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
         argvs[name] = _parse_argv(f"tool_argv.{name}", table[name],
                                   frozenset(spec.parameters.get("properties", {})))
     return argvs
+
+
+def _allow_dash(names: Any, tools: tuple[ToolSpec, ...]) -> frozenset[str]:
+    known = set(_PLACEHOLDERS).union(*(tool.parameters.get("properties", {}) for tool in tools))
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise SettingError("allow_dash", "must be a list of placeholder names")
+    for name in names:
+        if name not in known:
+            raise SettingError("allow_dash", f"{name!r} is no placeholder of this device "
+                                             f"(known: {', '.join(sorted(known))})")
+    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +178,16 @@ class CommandDevice(Device):
     DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
 
     def __init__(self, common: Common, argv: _Argv, *, per: str, stdin: bool,
-                 timeout: float, max_output: int, tools: Mapping[str, _Argv]) -> None:
+                 timeout: float, max_output: int, tools: Mapping[str, _Argv],
+                 allow_dash: frozenset[str] = frozenset()) -> None:
         super().__init__(common)
         self.argv, self.per, self.stdin = argv, per, stdin
         self.timeout, self.max_output, self.tools = timeout, max_output, dict(tools)
+        self.allow_dash = allow_dash
         self.runs = self.failures = self.timeouts = 0  # a timeout is not also a failure
+        self.refused = 0  # sentences not run: a value would have been an option
         self.last_run: dict[str, Any] | None = None
+        self._one_run = trio.Lock()  # FIFO: runs start in the order they were asked for
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
@@ -163,9 +210,10 @@ class CommandDevice(Device):
         max_output = settings.get("max_output", 4096)
         if not is_type(max_output, int) or max_output < 0:
             raise SettingError("max_output", "must be a whole number of bytes, 0 or more")
+        tools = _tool_argvs(common.tools, settings.get("tool_argv", {}))
         return cls(common, argv, per=per, stdin=stdin, timeout=float(timeout),
-                   max_output=max_output,
-                   tools=_tool_argvs(common.tools, settings.get("tool_argv", {})))
+                   max_output=max_output, tools=tools,
+                   allow_dash=_allow_dash(settings.get("allow_dash", []), common.tools))
 
     async def run(self, inbox: Inbox, prompt: Prompt,
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -185,7 +233,12 @@ class CommandDevice(Device):
                 await self._run_for(text, event.request.get("session") or "")
 
     async def _run_for(self, text: str, session: str) -> None:
-        argv = self.argv.render({"text": text, "session": session})
+        try:
+            argv = self.argv.render({"text": text, "session": session}, self.allow_dash)
+        except OptionRefused as refusal:
+            self.refused += 1
+            log.warning("device %s: a text was skipped, %s", self.name, refusal)
+            return
         try:
             run = await self._execute(self.argv.program, argv,
                                       (text + "\n").encode("utf-8", "replace")
@@ -205,12 +258,14 @@ class CommandDevice(Device):
 
     async def _execute(self, program: str, argv: list[str], stdin: bytes) -> _Run:
         """Run argv to completion or to the timeout, and log how it went."""
-        start = trio.current_time()
-        with trio.move_on_after(self.timeout) as scope:
-            done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
-                                          capture_stderr=True, check=False,
-                                          start_new_session=True, deliver_cancel=_terminate)
-        seconds = trio.current_time() - start
+        async with self._one_run:
+            start = trio.current_time()
+            with trio.move_on_after(self.timeout) as scope:
+                done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
+                                              capture_stderr=True, check=False,
+                                              start_new_session=True,
+                                              deliver_cancel=_terminate)
+            seconds = trio.current_time() - start
         if scope.cancelled_caught:
             log.warning("device %s: %s killed after %.2f s (timeout %g s)", self.name,
                         program, seconds, self.timeout)
@@ -231,7 +286,7 @@ class CommandDevice(Device):
         template = self.tools.get(name)
         if template is None:
             return await super().call_tool(name, arguments)
-        argv = template.render(arguments)
+        argv = template.render(arguments, self.allow_dash)
         try:
             run = await self._execute(template.program, argv, b"")
         except OSError as error:
@@ -247,5 +302,5 @@ class CommandDevice(Device):
 
     def status(self) -> dict[str, Any]:
         return {"program": self.argv.program, "per": self.per, "runs": self.runs,
-                "failures": self.failures, "timeouts": self.timeouts,
+                "failures": self.failures, "timeouts": self.timeouts, "refused": self.refused,
                 "last_run": self.last_run}

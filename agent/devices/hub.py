@@ -9,8 +9,11 @@ and where the model's tool calls reach a device.
   reported (log, status, a `device` event to subscribers) and started again
   after a backoff that doubles up to the device's restart_max_delay.
 - call_tool(): validates the model's arguments against the tool's schema
-  and runs the tool on its device under the tool's timeout. Every failure
-  becomes an error result for the model, never an exception.
+  and runs the tool on its device under the tool's timeout. The tools of one
+  device run one at a time, in the order asked (the timeout starts when the
+  call's turn comes), so many calls at once never make a device run many
+  programs or commands at once. Every failure becomes an error result for
+  the model, never an exception.
 - A line typed on a device (prompt) becomes an ask, run in the hub's own
   nursery so the device keeps reading while it is answered.
 """
@@ -79,6 +82,7 @@ class _Running:
     last_error: str | None = None
     prompts: int = 0
     segmenters: dict = field(default_factory=dict)  # request key -> Segmenter
+    tool_turn: trio.Lock = field(default_factory=trio.Lock)  # one tool run at a time, FIFO
 
 
 class _Started:
@@ -244,12 +248,18 @@ class DeviceHub:
             return ToolOutcome("invalid arguments, nothing was run: " + "; ".join(problems),
                                True)
         running = self._devices[device_name]
-        if running.state is not DeviceState.RUNNING:
+        async with running.tool_turn:
+            return await self._run_tool(running, spec, call.parsed)
+
+    @staticmethod
+    async def _run_tool(running: _Running, spec: ToolSpec, arguments) -> ToolOutcome:
+        device_name = running.device.name
+        if running.state is not DeviceState.RUNNING:  # checked when its turn comes
             return ToolOutcome(f"device {device_name} is not available ({running.state.value}: "
                                f"{running.last_error or 'starting'})", True)
         try:
             with trio.fail_after(spec.timeout):
-                content = await running.device.call_tool(spec.name, call.parsed)
+                content = await running.device.call_tool(spec.name, arguments)
         except trio.TooSlowError:
             return ToolOutcome(f"{spec.name} did not finish within {spec.timeout:g} s", True)
         except ToolError as exc:

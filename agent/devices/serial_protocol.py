@@ -21,16 +21,39 @@ PROTOCOL_VERSION = 1
 SHOWN_CHARS = 60  # of a bad line, in the log
 
 _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+_SHORT = {char: "\\" + name for name, char in _UNESCAPES.items()}
+# What a board's terminal, display or parser may act on instead of showing:
+# the C0 controls (NUL ends a C string, ESC starts a terminal sequence), DEL,
+# the C1 controls (U+0085 is a line break to some parsers) and the Unicode
+# line and paragraph separators. \n and \r have short forms.
+_CONTROLS = re.compile("[\\\\\n\r\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPED = re.compile(r"\\(?:([\\nr])|x([0-9a-f]{2})|u(202[89]))")
+
+
+def _escape_one(match: re.Match) -> str:
+    char = match[0]
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape(text: str) -> str:
-    """One text field of a line: no newline or CR may reach the wire raw."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    """One text field of a line: no line break or control character may
+    reach the wire raw (docs/serial-protocol.md, Lines)."""
+    return _CONTROLS.sub(_escape_one, text)
+
+
+def _unescape_one(match: re.Match) -> str:
+    short, byte, separator = match.groups()
+    if short is not None:
+        return _UNESCAPES[short]
+    return chr(int(byte or separator, 16))
 
 
 def unescape(text: str) -> str:
     # Unknown escapes stay as they are: a device's stray backslash is text.
-    return re.sub(r"\\([\\nr])", lambda m: _UNESCAPES[m[1]], text)
+    return _ESCAPED.sub(_unescape_one, text)
 
 
 @dataclass_transform(frozen_default=True)

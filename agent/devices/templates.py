@@ -44,6 +44,17 @@ def value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def leading_placeholder(template: Template, arguments: Mapping[str, Any]) -> str | None:
+    """The placeholder whose value the rendered text starts with; None when
+    it starts with the template's own text (or is empty)."""
+    for literal, name in template:
+        if literal:
+            return None
+        if name is not None and value_text(arguments.get(name, "")):
+            return name
+    return None
+
+
 def render(template: Template, arguments: Mapping[str, Any]) -> str:
     """The template with the arguments; ToolError names a missing one."""
     out = []

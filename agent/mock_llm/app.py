@@ -101,6 +101,11 @@ class MockApp:
         streaming = request.get("stream") is True and "not-streamed" not in faults
         conversation = fmt.conversation(request)
         answer = scripts.choose_answer(conversation)
+        if "x-mock-answer" in names and conversation.tool_result is None:
+            try:
+                answer = scripts.Answer(scripts.forced_text(names["x-mock-answer"]))
+            except ValueError as exc:
+                return _json_reply(400, fmt.error_body(400, f"x-mock-answer: {exc}"))
         forced = names.get("x-mock-tool-call")
         if forced and conversation.tool_result is None:
             try:

@@ -46,6 +46,7 @@ class ToolUse:
     name: str
     arguments: dict
     raw: str | None = None  # the argument string to send instead, valid JSON or not
+    count: int = 1          # the same call this many times in one answer (Chat Completions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +63,35 @@ def confirmation(tool_result: str) -> str:
 def forced_tool_call(spec: str) -> Answer:
     """The tool call an x-mock-tool-call header asks for: a JSON object with
     "name" and "arguments" (the exact string the model sends, so a test can
-    send an unknown tool, arguments off the schema, or invalid JSON)."""
+    send an unknown tool, arguments off the schema, or invalid JSON), and
+    optionally "count": how many such calls the answer makes, or "size": the
+    arguments are that many bytes, the given ones padded with a "pad" string
+    (Chat Completions sends the calls of an answer as they come, so "count"
+    is sent by that format only)."""
     value = json.loads(spec)
+    count, size = (value.get("count", 1), value.get("size", 0)) if isinstance(value, dict) \
+        else (None, None)
     if not (isinstance(value, dict) and isinstance(value.get("name"), str)
-            and isinstance(value.get("arguments"), str)):
-        raise ValueError('x-mock-tool-call is {"name": "...", "arguments": "..."}')
+            and isinstance(value.get("arguments"), str)
+            and type(count) is int and count >= 1 and type(size) is int):
+        raise ValueError('x-mock-tool-call is {"name": "...", "arguments": "...", '
+                         '"count": 1, "size": 0}')
+    arguments = value["arguments"]
+    if size:
+        head = json.loads(arguments)
+        padding = max(0, size - len(json.dumps({**head, "pad": ""})))
+        arguments = json.dumps({**head, "pad": "x" * padding})
     return Answer(f"Calling {value['name']}.",
-                  tool_use=ToolUse(value["name"], {}, raw=value["arguments"]))
+                  tool_use=ToolUse(value["name"], {}, raw=arguments, count=count))
+
+
+def forced_text(spec: str) -> str:
+    """The answer text an x-mock-answer header asks for: a JSON string, so
+    that a header (ASCII, no controls) can carry any text, controls included."""
+    value = json.loads(spec)
+    if not isinstance(value, str):
+        raise ValueError('x-mock-answer is a JSON string: "..."')
+    return value
 
 
 def choose_answer(conversation: Conversation) -> Answer:

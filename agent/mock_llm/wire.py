@@ -16,6 +16,7 @@ from agent.mock_llm.scripts import Answer, Conversation
 
 DELTA_CHARS = 4       # characters per text or reasoning delta: many events per answer
 ARGUMENT_CHARS = 5    # characters per tool-argument piece
+ARGUMENT_PIECES = 256  # at most, so that megabytes of arguments are not millions of events
 CREATED = 1764400000  # fixed, for byte-identical answers
 
 
@@ -51,9 +52,14 @@ def arguments_json(answer: Answer) -> str:
     return json.dumps(answer.tool_use.arguments)
 
 
+def argument_pieces(answer: Answer) -> list[str]:
+    arguments = arguments_json(answer)
+    return pieces(arguments, max(ARGUMENT_CHARS, -(-len(arguments) // ARGUMENT_PIECES)))
+
+
 def _output_tokens(answer: Answer) -> int:
     return (len(pieces(answer.text)) + len(pieces(answer.reasoning))
-            + len(pieces(arguments_json(answer), ARGUMENT_CHARS)))
+            + len(argument_pieces(answer)))
 
 
 def _text(content) -> str:
@@ -122,13 +128,14 @@ class ChatCompletions:
         events = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"reasoning_content": p}) for p in pieces(answer.reasoning)]
         events += [chunk({"content": p}) for p in pieces(answer.text)]
-        if answer.tool_use:
+        for index in range(answer.tool_use.count if answer.tool_use else 0):
             # The head (id, type, name) comes first, the arguments in pieces after it.
             events.append(chunk({"tool_calls": [{
-                "index": 0, "id": f"call_mock_{turn.seed}", "type": "function",
+                "index": index, "id": f"call_mock_{turn.seed}" + (f"_{index}" if index else ""),
+                "type": "function",
                 "function": {"name": answer.tool_use.name, "arguments": ""}}]}))
-            events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": p}}]})
-                       for p in pieces(arguments_json(answer), ARGUMENT_CHARS)]
+            events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+                       for p in argument_pieces(answer)]
         events.append(chunk({}, "tool_calls" if answer.tool_use else "stop"))
         if turn.include_usage:
             events.append(sse({**head, "choices": [], "usage": ChatCompletions._usage(answer, turn)},
@@ -213,7 +220,7 @@ class AnthropicMessages:
             else:
                 start = {**block, "input": {}}
                 deltas = [{"type": "input_json_delta", "partial_json": p}
-                          for p in pieces(arguments_json(answer), ARGUMENT_CHARS)]
+                          for p in argument_pieces(answer)]
             events.append(event({"type": "content_block_start", "index": index,
                                  "content_block": start}))
             events += [event({"type": "content_block_delta", "index": index, "delta": d})
@@ -316,7 +323,7 @@ class Responses:
             else:
                 added = {**item, "status": "in_progress", "arguments": ""}
                 deltas = [{"type": "response.function_call_arguments.delta", **where, "delta": p}
-                          for p in pieces(item["arguments"], ARGUMENT_CHARS)]
+                          for p in argument_pieces(answer)]
             events.append({"type": "response.output_item.added", "output_index": index,
                            "item": added})
             events += deltas

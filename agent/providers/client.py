@@ -52,6 +52,7 @@ from agent.providers.requests import Conversation, Provider, Tool, build_request
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.jsonscan import loads
 from agent.stream.message import Message
 
@@ -125,9 +126,10 @@ class _Retry(Exception):
 class _Run:
     """One answer across its attempts: the current decoder and what was forwarded."""
 
-    def __init__(self, provider: Provider, on_event) -> None:
+    def __init__(self, provider: Provider, on_event, max_tool_arguments: int) -> None:
         self.provider = provider
         self.on_event = on_event
+        self.max_tool_arguments = max_tool_arguments
         self.decoder = None
         self.forwarded = False
         self.attempts = 0
@@ -173,11 +175,14 @@ class _Run:
 async def stream_answer(client: httpx.AsyncClient, provider: Provider,
                         conversation: Conversation, tools: list[Tool] | None = None, *,
                         on_event: Callable[[object], Awaitable[None]] | None = None,
-                        retries: int = 3, backoff: Backoff = Backoff()) -> Answer:
-    """Stream one answer; see the module docstring for the rules."""
+                        retries: int = 3, backoff: Backoff = Backoff(),
+                        max_tool_arguments: int = DEFAULT_MAX_ARGUMENTS) -> Answer:
+    """Stream one answer; see the module docstring for the rules. A tool
+    call's arguments past max_tool_arguments bytes are not kept (the call's
+    error is TOO_LARGE)."""
     url, headers, body = build_request(provider, conversation, tools)
     timeout = httpx.Timeout(provider.read_timeout, connect=provider.connect_timeout)
-    run = _Run(provider, on_event)
+    run = _Run(provider, on_event, max_tool_arguments)
     with trio.move_on_after(provider.total_timeout) as deadline:
         for attempt in range(retries + 1):
             try:
@@ -200,7 +205,8 @@ async def stream_answer(client: httpx.AsyncClient, provider: Provider,
 async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict,
                    body: dict, timeout: httpx.Timeout) -> None:
     provider = run.provider
-    run.decoder = DECODERS[provider.protocol]()  # a retry decodes from scratch
+    # a retry decodes from scratch
+    run.decoder = DECODERS[provider.protocol](max_arguments=run.max_tool_arguments)
     run.attempts += 1
     try:
         async with client.stream("POST", url, headers=headers, json=body,

@@ -52,7 +52,8 @@ _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "log_level")
-_SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps")
+_SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
+                 "max_tool_arguments")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
                       "total_timeout": float, "max_tokens": int}
@@ -121,6 +122,8 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_turns = 50
 # max_bytes = 262144
 # max_tool_steps = 8      # model requests per ask when tools are called
+# max_tool_calls = 8      # tool calls run of one model response; the rest get error results
+# max_tool_arguments = 65536  # bytes of one call's arguments; a longer call is not run
 
 [providers.local]
 protocol = "openai-chat"
@@ -169,7 +172,9 @@ def _sessions(table: Table) -> SessionConfig:
                                 "You are a helpful assistant in a home.") or None,
         max_turns=table.integer("max_turns", 50, 2, MAX_TURNS),
         max_bytes=table.integer("max_bytes", 262144, 4096),
-        max_tool_steps=table.integer("max_tool_steps", 8, 1, 64))
+        max_tool_steps=table.integer("max_tool_steps", 8, 1, 64),
+        max_tool_calls=table.integer("max_tool_calls", 8, 1, 64),
+        max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20))
 
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:

@@ -38,6 +38,8 @@ class SessionConfig:
     max_turns: int
     max_bytes: int
     max_tool_steps: int = 8
+    max_tool_calls: int = 8
+    max_tool_arguments: int = 65536
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
-from agent.session.runner import Runner, Upstream
+from agent.session.runner import Runner, ToolLimits, Upstream
 from agent.session.store import SessionStore, StorageError
 
 log = logging.getLogger("homeagent.daemon")
@@ -78,6 +78,12 @@ def upstreams_of(config: Config) -> dict[str, Upstream]:
             for name, entry in config.providers.items()}
 
 
+def tool_limits_of(config: Config) -> ToolLimits:
+    sessions = config.sessions
+    return ToolLimits(sessions.max_tool_steps, sessions.max_tool_calls,
+                      sessions.max_tool_arguments)
+
+
 async def _serve(config: Config, environ: Mapping[str, str]) -> None:
     # Signals are caught from the start (queued until the daemon reads them):
     # a SIGTERM right after READY=1 must drain, not kill with the default action.
@@ -112,7 +118,7 @@ class _Daemon:
         self.devices = DeviceHub(config.devices)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
-                             config.sessions.max_tool_steps)
+                             tool_limits_of(config))
         self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
                                 limits=Limits(daemon.max_line_bytes, daemon.client_queue),
@@ -186,7 +192,7 @@ class _Daemon:
         # The old keys too: an ask still running on one may have it echoed back.
         masking.install(masking.Masker(new.secrets() + old.secrets()))
         self.runner.configure(upstreams_of(new), new.default_provider,
-                              new.sessions.system_prompt, new.sessions.max_tool_steps)
+                              new.sessions.system_prompt, tool_limits_of(new))
         self.server.reconfigure(access=Access(new.daemon.allow_users, new.daemon.allow_groups),
                                 limits=Limits(new.daemon.max_line_bytes, new.daemon.client_queue))
         self.store.set_limits(max_turns=new.sessions.max_turns,

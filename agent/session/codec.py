@@ -15,7 +15,7 @@ from typing import Any
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
-                                  ToolCall)
+                                  ToolCall, parse_arguments)
 
 _USAGE_FIELDS = tuple(f.name for f in fields(Usage))
 _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
@@ -89,8 +89,9 @@ def _part_to_json(part) -> dict:
                          "redacted_data": part.redacted_data, "item_id": part.item_id,
                          "summary_index": part.summary_index})
     if isinstance(part, ToolCall):
+        # The arguments once, as the model sent them; parsed again on reading.
         return _present({"type": "tool_call", "id": part.id, "name": part.name,
-                         "arguments": part.arguments, "parsed": part.parsed,
+                         "arguments": part.arguments,
                          "error": _value(part.error), "error_detail": part.error_detail,
                          "complete": part.complete, "item_id": part.item_id})
     raise TypeError(f"not a message part: {part!r}")
@@ -133,13 +134,16 @@ def _part_from_json(obj: Any, where: str):
                             item_id=part.optional("item_id", str),
                             summary_index=part.optional("summary_index", int))
     if kind == "tool_call":
-        return ToolCall(id=part.optional("id", str), name=part.optional("name", str),
+        call = ToolCall(id=part.optional("id", str), name=part.optional("name", str),
                         arguments=part.required("arguments", str),
-                        parsed=part.optional("parsed", dict),
+                        parsed=part.optional("parsed", dict),  # older files stored it too
                         error=part.enum("error", ArgumentsError),
                         error_detail=part.optional("error_detail", str),
                         complete=part.required("complete", bool),
                         item_id=part.optional("item_id", str))
+        if call.parsed is None and call.complete and call.error is None:
+            parse_arguments(call)
+        return call
     raise ValueError(f"{where}: unknown part type {kind!r}")
 
 

@@ -14,9 +14,14 @@ Tools: the devices' tools go with each request. A tool call starts as soon
 as its arguments are complete, while the answer still streams; its result
 goes back in the next request of the same ask. The loop is bounded: after
 max_tool_steps requests, calls still asked for are not run and get an error
-result, and the ask ends with done. Every bad call (unknown tool, arguments
-that are not JSON or do not match the schema, a device that fails or times
-out) is an error result for the model, not an error of the ask.
+result, and the ask ends with done. One answer runs at most max_tool_calls
+calls; the calls past that get an error result too, so a model cannot make
+the daemon start or hold more than that per request. A call's arguments
+past max_tool_arguments bytes are not kept (the decoder counts and drops
+them), echoed or stored: the call gets an error result. Every bad call
+(unknown tool, arguments that are not JSON or do not match the schema, a
+device that fails or times out) is an error result for the model, not an
+error of the ask.
 
 History: asks on one session run one at a time (a lock per session), and an
 exchange (the prompt, every step's message, every tool result) is committed
@@ -59,13 +64,21 @@ from agent.session.store import StorageError, check_session_id
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders.damage import warning_detail
+from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
                 "cache_write_tokens", "reasoning_tokens")
 
 Emit = Callable[[replies.Reply], Awaitable[None]]
-DEFAULT_TOOL_STEPS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLimits:
+    """What the model's tool calls may make one ask do ([sessions] config)."""
+    steps: int = 8             # model requests per ask
+    calls_per_answer: int = 8  # calls run of one model response; the rest get error results
+    argument_bytes: int = DEFAULT_MAX_ARGUMENTS  # of one call; past it not kept, not run
 
 log = logging.getLogger("homeagent.session")
 
@@ -91,21 +104,21 @@ class AskFailed(Exception):
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
                  default_provider: str, system_prompt: str | None, devices=None,
-                 max_tool_steps: int = DEFAULT_TOOL_STEPS) -> None:
+                 tool_limits: ToolLimits = ToolLimits()) -> None:
         self.store = store
         self.client = client
         self.devices = devices  # a DeviceHub, or None: no tools
-        self.configure(upstreams, default_provider, system_prompt, max_tool_steps)
+        self.configure(upstreams, default_provider, system_prompt, tool_limits)
         self._session_locks: dict[str, trio.Lock] = {}
         self._store_lock = trio.Lock()  # the store is not thread-safe: one call at a time
 
     def configure(self, upstreams: Mapping[str, Upstream], default_provider: str,
-                  system_prompt: str | None, max_tool_steps: int = DEFAULT_TOOL_STEPS) -> None:
-        """Swap providers and prompt (config reload); asks in flight keep theirs."""
+                  system_prompt: str | None, tool_limits: ToolLimits = ToolLimits()) -> None:
+        """Swap providers, prompt and limits (config reload); asks in flight keep theirs."""
         self.upstreams = dict(upstreams)
         self.default_provider = default_provider
         self.system_prompt = system_prompt
-        self.max_tool_steps = max_tool_steps
+        self.tool_limits = tool_limits
 
     async def ask(self, prompt: str, session: str | None, provider_name: str | None,
                   emit: Emit) -> None:
@@ -146,11 +159,12 @@ class Runner:
         exchange: list = [UserTurn(prompt)]
         messages: list[Message] = []
         attempts = 0
-        for step in range(1, self.max_tool_steps + 1):
+        limits = self.tool_limits
+        for step in range(1, limits.steps + 1):
             # The last request may still ask for tools; they are not run.
             answer, outcomes = await self._step(
                 upstream, Conversation(self.system_prompt, [*history, *exchange]), emit,
-                run_tools=step < self.max_tool_steps)
+                limits, run_tools=step < limits.steps)
             attempts += answer.attempts
             message = answer.message
             messages.append(message)
@@ -162,6 +176,7 @@ class Runner:
                 outcome = outcomes[id(call)]
                 await emit(replies.ToolResult(call.id, call.name, outcome.content,
                                               outcome.is_error))
+                await trio.lowlevel.checkpoint()  # as in _step's forward: writers run between
                 exchange.append(ToolResult(call.id or "", call.name or "", outcome.content,
                                            outcome.is_error))
         if self._session_locks.get(session) is not lock:
@@ -179,18 +194,20 @@ class Runner:
         await emit(done_reply(session, messages, attempts, not_kept))
 
     async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
-                    run_tools: bool):
+                    limits: ToolLimits, run_tools: bool):
         """One model request: its replies streamed, its tool calls run as they
         complete: the Answer, and the outcome of each call (keyed by id() of the call)."""
         provider = upstream.provider
         tools = self.devices.tools() if self.devices else []
         outcomes: dict[int, ToolOutcome] = {}
+        completed = 0  # calls of this answer completed so far
 
         async def run_tool(call) -> None:
             outcomes[id(call)] = await self.devices.call_tool(call)
 
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
+                nonlocal completed
                 reply = event_reply(event)
                 if reply is not None:
                     await emit(reply)
@@ -199,10 +216,15 @@ class Runner:
                     # queue measures its reading, not the upstream's chunking.
                     await trio.lowlevel.checkpoint()
                 if isinstance(event, ev.ToolCallDone):
+                    completed += 1
                     if not run_tools:
                         outcomes[id(event.tool_call)] = ToolOutcome(
-                            f"not run: this ask reached its limit of {self.max_tool_steps} "
+                            f"not run: this ask reached its limit of {limits.steps} "
                             "model requests", True)
+                    elif completed > limits.calls_per_answer:
+                        outcomes[id(event.tool_call)] = ToolOutcome(
+                            f"not run: one answer may call at most {limits.calls_per_answer} "
+                            "tools; ask for the rest in the next answer", True)
                     elif self.devices:
                         calls.start_soon(run_tool, event.tool_call)
                     else:
@@ -210,7 +232,8 @@ class Runner:
 
             try:
                 answer = await stream_answer(self.client, provider, conversation, tools,
-                                             on_event=forward, retries=upstream.retries)
+                                             on_event=forward, retries=upstream.retries,
+                                             max_tool_arguments=limits.argument_bytes)
                 failure = _failure(provider.name, answer)
             except ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),

@@ -46,7 +46,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from agent.providers.requests import UserTurn
+from agent.providers.requests import AssistantTurn, UserTurn
 from agent.session.codec import turn_from_json, turn_to_json
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, loads_flagged
 
@@ -120,12 +120,14 @@ class SessionStore:
         head = (f'{{"version":{FORMAT_VERSION},"id":"{session_id}",'
                 f'"updated":{updated!r},"turns":[\n').encode("ascii")
         first = self._first_kept(turns, encoded, len(head) + len(_TAIL))
-        data = head + _SEPARATOR.join(encoded[first:]) + _TAIL
+        kept = [first + i for i in self._fit_newest(turns[first:], encoded[first:],
+                                                     len(head) + len(_TAIL))]
+        data = head + _SEPARATOR.join(encoded[i] for i in kept) + _TAIL
         try:
             self._write(session_id, data)
         except OSError as exc:
             raise StorageError(f"session {session_id!r} was not written", exc) from exc
-        self._sessions[session_id] = _Session(turns[first:], len(data), updated)
+        self._sessions[session_id] = _Session([turns[i] for i in kept], len(data), updated)
         return turns[:first]
 
     def forget(self, session_id: str) -> bool:
@@ -158,6 +160,31 @@ class SessionStore:
             size -= sum(len(e) + len(_SEPARATOR) for e in encoded[first:start])
             first = start
         return first
+
+    def _fit_newest(self, turns: list, encoded: list[bytes], overhead: int) -> list[int]:
+        """Indexes (into turns) of what is kept once older exchanges are
+        trimmed. When the newest exchange alone is over max_bytes, its tool
+        steps (an assistant turn and its tool results) go, oldest first: its
+        prompt and its last step always stay, and the turns left still
+        alternate as every provider needs (the prompt, then an answer)."""
+        kept = list(range(len(turns)))
+
+        def size() -> int:
+            return overhead + sum(len(encoded[i]) + len(_SEPARATOR) for i in kept)
+
+        if size() - len(_SEPARATOR) <= self.max_bytes:
+            return kept
+        start = next((i for i in reversed(range(len(turns))) if isinstance(turns[i], UserTurn)),
+                     0)
+        steps = [i for i in range(start, len(turns)) if isinstance(turns[i], AssistantTurn)]
+        for step, following in zip(steps, steps[1:]):
+            if size() - len(_SEPARATOR) <= self.max_bytes:
+                break
+            kept = [i for i in kept if not step <= i < following]
+        if len(kept) < len(turns):
+            log.warning("an exchange over max_bytes (%d): %d of its turns, its earliest tool "
+                        "steps, are not kept", self.max_bytes, len(turns) - len(kept))
+        return kept
 
     def _read(self, session_id: str) -> None:
         path = self._path(session_id)

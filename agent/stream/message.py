@@ -55,6 +55,7 @@ class ArgumentsError(enum.Enum):
     INVALID_JSON = "invalid_json"    # complete, but not strict JSON
     NOT_AN_OBJECT = "not_an_object"  # JSON, but tools take an object
     TRUNCATED = "truncated"          # the stream ended before the call did
+    TOO_LARGE = "too_large"          # longer than the decoder's limit: not kept
 
 
 @dataclass(slots=True)

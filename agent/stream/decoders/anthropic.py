@@ -148,7 +148,8 @@ class AnthropicDecoder(ProviderDecoder):
 
     def _new_call(self, index: int, call_id: str | None, name: str | None,
                   out: list) -> CallBuilder:
-        call = CallBuilder(len(self._calls), call_id, name)
+        call = CallBuilder(len(self._calls), call_id, name,
+                           max_arguments=self._max_arguments)
         self._calls.append(call)
         self._blocks[index] = call
         out.append(ev.ToolCallOpened(call.call, call.id, call.name))
@@ -218,7 +219,7 @@ class AnthropicDecoder(ProviderDecoder):
             self._warn(out, f"input_json_delta for block {e.index} after its content_block_stop: "
                             f"ignored {e.text!r}")
             return
-        call.pieces.append(e.text)
+        call.add(e.text)
         out.append(ev.ToolCallDelta(call.call, e.text))
 
     def _stop(self, e: rec.BlockStop, out: list) -> None:

@@ -56,22 +56,46 @@ class ThinkingBuilder:
                             self.item_id, self.summary_index)
 
 
+DEFAULT_MAX_ARGUMENTS = 64 * 1024  # bytes of one call's arguments
+
+
 class CallBuilder:
-    """A tool call under construction; `call` is its position in the message."""
-    __slots__ = ("call", "id", "name", "item_id", "pieces", "done")
+    """A tool call under construction; `call` is its position in the message.
+    Arguments past max_arguments bytes are counted, not kept: a model cannot
+    make the daemon hold (or echo, or store) more than that of one call."""
+    __slots__ = ("call", "id", "name", "item_id", "pieces", "done", "size", "max_arguments")
 
     def __init__(self, call: int, id: str | None, name: str | None,
-                 item_id: str | None = None) -> None:
+                 item_id: str | None = None, *,
+                 max_arguments: int = DEFAULT_MAX_ARGUMENTS) -> None:
         self.call = call
         self.id = id
         self.name = name
         self.item_id = item_id
         self.pieces: list[str] = []
         self.done: ToolCall | None = None
+        self.size = 0  # bytes of the arguments so far, kept or not
+        self.max_arguments = max_arguments
+
+    def add(self, piece: str) -> None:
+        self.size += len(piece.encode("utf-8"))
+        if self.size > self.max_arguments:
+            self.pieces.clear()
+        else:
+            self.pieces.append(piece)
 
     def finish(self, arguments: str | None = None, truncated: bool = False) -> ToolCall:
-        """Complete the call once: parse its arguments, or mark it cut off."""
+        """Complete the call once: parse its arguments, or mark it cut off or
+        too large (its arguments then empty)."""
         if self.done is None:
+            size = self.size if arguments is None else len(arguments.encode("utf-8"))
+            if size > self.max_arguments:
+                call = ToolCall(self.id, self.name, "", item_id=self.item_id,
+                                error=ArgumentsError.TOO_LARGE,
+                                error_detail=f"the arguments are {size} bytes, more than the "
+                                             f"limit of {self.max_arguments}; not kept")
+                self.done = call
+                return call
             call = ToolCall(self.id, self.name,
                             "".join(self.pieces) if arguments is None else arguments,
                             item_id=self.item_id)
@@ -111,8 +135,10 @@ class ProviderDecoder:
     PROTOCOL: Protocol
     END: str  # what the protocol's end looks like, for MessageIncomplete
 
-    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
+    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE,
+                 max_arguments: int = DEFAULT_MAX_ARGUMENTS) -> None:
         self._core = StreamDecoder(self.PROTOCOL, buffer_size)
+        self._max_arguments = max_arguments  # of each tool call, in bytes
         self._ended = False   # the protocol's end was seen
         self._closed = False
         self.dropped_events: dict[str, int] = {}  # reason -> events the core dropped

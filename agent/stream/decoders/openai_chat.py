@@ -114,7 +114,8 @@ class OpenAIChatDecoder(ProviderDecoder):
         choice = self._choice(e.index)
         call = choice.by_index.get(e.tool_index) if e.tool_index is not None else None
         if call is None:
-            call = CallBuilder(len(choice.calls), e.call_id, e.name)
+            call = CallBuilder(len(choice.calls), e.call_id, e.name,
+                               max_arguments=self._max_arguments)
             choice.calls.append(call)
             choice.parts.append(call)
             if e.tool_index is not None:
@@ -139,7 +140,7 @@ class OpenAIChatDecoder(ProviderDecoder):
         if call is None:  # arguments before any head: a call with no id or name yet
             self._start(rec.ToolCallStart(e.index, e.tool_index, None, None, None), out)
             call = choice.calls[-1]
-        call.pieces.append(e.text)
+        call.add(e.text)
         out.append(ev.ToolCallDelta(call.call, e.text, e.index))
 
     def _finish(self, e: rec.Finish, out: list) -> None:

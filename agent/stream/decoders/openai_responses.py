@@ -139,7 +139,8 @@ class OpenAIResponsesDecoder(ProviderDecoder):
 
     def _new_call(self, item: _Item, call_id: str | None, name: str | None,
                   out: list) -> CallBuilder:
-        call = item.call = CallBuilder(len(self._calls), call_id, name, item.item_id)
+        call = item.call = CallBuilder(len(self._calls), call_id, name, item.item_id,
+                                       max_arguments=self._max_arguments)
         self._calls.append(call)
         out.append(ev.ToolCallOpened(call.call, call_id, name))
         return call
@@ -191,7 +192,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
             elif kind is rec.ToolArgsDelta:
                 item = self._item(e.item_id, e.index, _TOOL_USE, out)
                 call = item.call or self._new_call(item, None, None, out)
-                call.pieces.append(e.text)
+                call.add(e.text)
                 append(ev.ToolCallDelta(call.call, e.text))
             elif kind is rec.ReasoningDelta:
                 item = self._item(e.item_id, e.index, _THINKING, out)
