@@ -307,7 +307,7 @@ def test_status_fields(daemon):
     assert status["active"] == []
     assert status["counters"] == {"connections": 2, "refused": 0, "requests": 2,
                                   "bad_requests": 0, "asks": 1, "answered": 1, "failed": 0,
-                                  "cancelled": 0, "overflows": 0}
+                                  "cancelled": 0, "overflows": 0, "revoked": 0}
     assert status["draining"] is False
 
     [active] = busy["active"]
@@ -624,6 +624,7 @@ def test_a_client_that_never_reads_is_disconnected_and_nobody_else_is(start_daem
         received += chunk
     stuck.close()
     *complete, _ = bytes(received).split(b"\n")
+    assert b"" not in complete  # a newline ends a broken line only, never a whole one
     replies = []
     for index, line in enumerate(complete):
         try:
