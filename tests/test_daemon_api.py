@@ -600,6 +600,12 @@ def test_an_overlong_line_is_skipped(start_daemon):
     assert len(request) == 2048
     raw.send(request + b"\n")
     assert read_request(raw, "edge")[-1]["text"] == ENGLISH
+    # Ended by CRLF, in two reads that part the CR from its LF: the CR is not counted.
+    crlf = request.replace(b'"edge"', b'"crlf"')
+    raw.send(crlf + b"\r")
+    time.sleep(0.05)
+    raw.send(b"\n")
+    assert read_request(raw, "crlf")[-1]["text"] == ENGLISH
     raw.close()
 
 
