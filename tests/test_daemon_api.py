@@ -922,13 +922,19 @@ def test_a_subscriber_sees_its_own_asks_too(daemon):
 
 # ---------------------------------------------------------------- access
 
-CONNECT_AS_NOBODY = """
+# A child's first lines: it drops to uid/gid argv[2] first, then makes the
+# socket it connects with (to argv[1], timeout argv[3]): the kernel's peer
+# credentials are that user's.
+AS_NOBODY = """
 import json, os, socket, sys
 os.setgroups([])
 os.setgid(int(sys.argv[2]))
 os.setuid(int(sys.argv[2]))
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(float(sys.argv[3]))
+"""
+
+CONNECT_AS_NOBODY = AS_NOBODY + """
 try:
     sock.connect(sys.argv[1])
     print(sock.makefile("rb").readline().decode().strip())
@@ -1003,15 +1009,8 @@ def test_the_socket_mode_and_group(start_daemon, open_dir):
     assert first_line_as_nobody(grouped.socket_path) == {"exception": "PermissionError"}
 
 
-# Drops to uid/gid argv[2] first, then connects: the kernel's peer
-# credentials are that user's. Prints every line it receives, up to the end.
-LISTEN_AS_NOBODY = """
-import os, socket, sys
-os.setgroups([])
-os.setgid(int(sys.argv[2]))
-os.setuid(int(sys.argv[2]))
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-sock.settimeout(float(sys.argv[3]))
+# Subscribes, then prints every line it receives, up to the end.
+LISTEN_AS_NOBODY = AS_NOBODY + """
 sock.connect(sys.argv[1])
 sock.sendall(b'{"id":"watch","op":"subscribe"}\\n')
 for line in sock.makefile("rb"):
