@@ -320,11 +320,12 @@ async def test_reconfigure_access_and_limits(autojump_clock):
 @pytest.mark.trio
 async def test_connections_over_the_per_user_cap_are_refused(autojump_clock):
     server, _ = new_server(limits=Limits(max_clients_per_user=2))
-    async with connected(server), connected(server):
-        async with connected(server, hello=False) as third:
+    user = Peer(pid=4444, uid=3000, gid=3000)  # neither root nor the daemon's own user
+    async with connected(server, user), connected(server, user):
+        async with connected(server, user, hello=False) as third:
             assert await third.line() == {
                 "id": None, "type": "error", "code": "too_many_connections",
-                "message": "uid 1000 has 2 connections open, the most this daemon takes "
+                "message": "uid 3000 has 2 connections open, the most this daemon takes "
                            "from one user"}
             assert await third.line() is None
         async with connected(server, STRANGER) as other_user:  # another uid is not locked out

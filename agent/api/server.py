@@ -353,8 +353,10 @@ class ApiServer:
                 ErrorCode.NOT_ALLOWED, f"uid {peer.uid} gid {peer.gid} may not use this "
                 "daemon"), None))
             return
+        # Root and the daemon's own user can stop the daemon anyway: only
+        # the total cap holds for them.
         same_user = sum(1 for c in self._connections.values() if c.peer.uid == peer.uid)
-        if same_user >= self._limits.max_clients_per_user:
+        if peer.uid not in (0, self._own_uid) and same_user >= self._limits.max_clients_per_user:
             self._counters.refused += 1
             self._refusals.note("client %d %s: over daemon.max_clients_per_user (%d); refused",
                                 number, peer, same_user)

@@ -4,7 +4,8 @@ watchdog and the status reporter; one httpx.AsyncClient carries every
 upstream request so keep-alive connections are reused.
 
 Start: config (a bad one stops here, naming file, line and key), logging,
-the history store, the listening socket (systemd's if it passed one),
+the history store, the listening socket (systemd's if it passed one), the
+client cap within the descriptor limit (FD_RESERVE kept for the rest),
 READY=1. SIGHUP: reload the config; a bad one is logged and the running one
 kept; the socket settings apply at the next start. SIGTERM or SIGINT:
 STOPPING=1, drain (asks get the grace time, then are cancelled, each client
