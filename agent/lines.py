@@ -36,7 +36,7 @@ class LineReader:
             end = data.find(b"\n", start)
             piece = data[start:] if end < 0 else data[start:end]
             if not self._skipping:
-                if len(self._buffer) + len(piece) > self.max_line:
+                if self._too_long(len(self._buffer) + len(piece), piece or self._buffer):
                     self._buffer.clear()
                     self._skipping = True
                     out.append(LineTooLong(self.max_line))
@@ -51,6 +51,13 @@ class LineReader:
             self._skipping = False
             start = end + 1
         return out
+
+    def _too_long(self, size: int, tail: bytes | bytearray) -> bool:
+        """Whether a line of `size` bytes so far, ending with `tail`, is over
+        the limit. The CR of a CRLF is not part of the line, so one byte more
+        is let in while it is a CR (its LF may come in the next read)."""
+        return size > self.max_line and not (size == self.max_line + 1
+                                             and tail.endswith(b"\r"))
 
     @property
     def pending(self) -> int:

@@ -9,6 +9,8 @@ behaviour through a real socket and the real runner.
 from __future__ import annotations
 
 import json
+import os
+import resource
 from contextlib import asynccontextmanager
 
 import pytest
@@ -16,8 +18,9 @@ import trio
 import trio.testing
 
 from agent.api import replies
-from agent.api.server import Access, ApiServer, Limits, Peer
+from agent.api.server import ACCEPT_RETRY, Access, ApiServer, Limits, Peer
 from agent.api.statistics import Counters
+from conftest import timeout
 
 PEER = Peer(pid=4242, uid=1000, gid=1000)
 STRANGER = Peer(pid=4343, uid=2000, gid=2000)
@@ -160,7 +163,8 @@ async def test_hello_ask_and_status(autojump_clock):
                           "clients": 1, "active": [], "draining": False,
                           "counters": {"connections": 1, "refused": 0, "requests": 2,
                                        "bad_requests": 0, "asks": 1, "answered": 1,
-                                       "failed": 0, "cancelled": 0, "overflows": 0}}
+                                       "failed": 0, "cancelled": 0, "overflows": 0,
+                                       "revoked": 0}}
     stats = server.statistics()
     assert (stats.clients, stats.active, stats.counters.answered) == (0, (), 1)
 
@@ -252,14 +256,14 @@ async def test_overflow_costs_only_the_client_that_does_not_read(autojump_clock)
         assert len(await reader.until("done")) == 22
         await stuck.ended.wait()
         pair.deliver()
-        # The hello, whose send was cut off, a newline that ends that line,
-        # the overflow error; then the end of the stream.
+        # The hello (its send was cut off after the whole line was written:
+        # no empty line follows it), the overflow error; then the end.
         lines = []
         while (line := await stuck.raw_line()) is not None:
             lines.append(line)
     assert json.loads(lines[0])["type"] == "hello"
-    assert len(lines) == 3 and lines[1] == b""
-    assert json.loads(lines[2]) == {
+    assert len(lines) == 2
+    assert json.loads(lines[1]) == {
         "id": None, "type": "error", "code": "overflow",
         "message": "more than 4 replies were waiting to be read; the connection is closed"}
     assert runner.cancelled == ["flood 50"]
@@ -311,3 +315,58 @@ async def test_reconfigure_access_and_limits(autojump_clock):
                                                    "skipped"}
     counters = server.statistics().counters
     assert (counters.refused, counters.connections, counters.bad_requests) == (1, 1, 1)
+
+
+@pytest.mark.trio
+async def test_connections_over_the_per_user_cap_are_refused(autojump_clock):
+    server, _ = new_server(limits=Limits(max_clients_per_user=2))
+    user = Peer(pid=4444, uid=3000, gid=3000)  # neither root nor the daemon's own user
+    async with connected(server, user), connected(server, user):
+        async with connected(server, user, hello=False) as third:
+            assert await third.line() == {
+                "id": None, "type": "error", "code": "too_many_connections",
+                "message": "uid 3000 has 2 connections open, the most this daemon takes "
+                           "from one user"}
+            assert await third.line() is None
+        async with connected(server, STRANGER) as other_user:  # another uid is not locked out
+            assert other_user.hello["type"] == "hello"
+    assert server.statistics().counters.refused == 1
+
+
+@pytest.mark.trio
+async def test_accept_out_of_descriptors_logs_one_line_and_recovers(tmp_path, caplog):
+    """A real EMFILE: the soft RLIMIT_NOFILE is lowered to the descriptors
+    open, so accept() fails while clients wait in the backlog; they are
+    served once descriptors are back, and the failure is one log line."""
+    path = str(tmp_path / "agent.sock")
+    listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    await listener.bind(path)
+    listener.listen(8)
+    server, _ = new_server()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve, [trio.SocketListener(listener)])
+        clients = [trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+                   for _ in range(3)]
+        try:
+            # Not one descriptor more (listdir's own is closed again).
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) - 1,
+                                                        hard))
+            for client in clients:
+                await client.connect(path)
+            await trio.sleep(ACCEPT_RETRY * 10)  # about ten failed accepts
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for client in clients:
+            with trio.fail_after(timeout(10)):
+                line = b""
+                while not line.endswith(b"\n"):
+                    line += await client.recv(65536)
+            assert json.loads(line)["type"] == "hello"
+            client.close()
+        nursery.cancel_scope.cancel()
+    failures = [r for r in caplog.records if "accept failed" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert failures[0].getMessage() == ("accept failed: Too many open files; retrying every "
+                                        f"{ACCEPT_RETRY:g} s")
+    assert not any(r.exc_info for r in caplog.records)

@@ -8,7 +8,9 @@ import grp
 import json
 import os
 import re
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,8 +20,11 @@ import time
 
 import pytest
 
+from agent.api.client import DaemonUnavailable
 from agent.api.protocol import OPERATIONS
 from agent.api.replies import PROTOCOL_VERSION
+from agent.api.server import HANGUP_POLL
+from agent.service.daemon import FD_RESERVE
 from agent.mock_llm.scripts import CHINESE, EMOJI, ENGLISH, REASONED, REASONING
 from conftest import timeout
 from daemon_harness import REPO, Daemon, MockServer, Raw, _env, ask_text
@@ -135,6 +140,100 @@ def test_hello_on_connect(shared):
     assert set(OPERATIONS) == {"ask", "cancel", "status", "subscribe", "sessions", "history",
                                "forget"}
     assert hello["server"].startswith("homeagent ")
+
+
+# Runs argv[2:] with RLIMIT_NOFILE set to argv[1], soft and hard.
+WITH_NOFILE = ("import os, resource, sys; n = int(sys.argv[1]); "
+               "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); os.execv(sys.argv[2], sys.argv[2:])")
+DAEMON_NOFILE = 400
+FLOOD = 1100
+
+
+def connect_by(path: str, deadline: float) -> socket.socket:
+    """A connection, retried while the listen backlog is full, until the deadline."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout(5))
+    while True:
+        try:
+            sock.connect(path)
+            return sock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                sock.close()
+                raise AssertionError("the daemon stopped accepting connections") from None
+            time.sleep(0.01)
+
+
+def first_line(sock: socket.socket, deadline: float) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        if not (chunk := sock.recv(4096)):
+            break
+        data += chunk
+    return data
+
+
+def test_a_flood_of_idle_connections_leaves_descriptors_for_asks_and_commits(tmp_path, mock):
+    """1100 connections that never send anything, against a daemon with 400
+    descriptors: the ones over the cap get too_many_connections at once, an
+    ask streaming meanwhile is answered and committed, the log does not
+    flood, and once the flood is gone a new client is served."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < FLOOD + 200:
+        pytest.skip(f"the test needs {FLOOD + 200} descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, FLOOD + 200), hard))
+    daemon = Daemon(tmp_path, mock.url, providers=PROVIDERS,
+                    daemon={"max_clients": 1000})  # root: held to the total cap only
+    daemon.start(argv_prefix=[sys.executable, "-c", WITH_NOFILE, str(DAEMON_NOFILE)])
+    flood: list[socket.socket] = []
+    try:
+        with daemon.client() as asker:
+            request_id = asker.send("ask", prompt="Hello", provider="slow", session="flooded")
+            replies = asker.replies(request_id, "ask")
+            assert next(replies)["type"] == "started"
+            deadline = time.monotonic() + timeout(60)
+            for _ in range(FLOOD):
+                flood.append(connect_by(daemon.socket_path, deadline))
+            firsts = [json.loads(first_line(sock, deadline)) for sock in flood]
+            refused = [i for i, reply in enumerate(firsts) if reply["type"] == "error"]
+            admitted = len(firsts) - len(refused)
+            assert {firsts[i]["code"] for i in refused} == {"too_many_connections"}
+            assert all(flood[i].recv(1) == b"" for i in refused)  # and closed
+            assert 0 < admitted < DAEMON_NOFILE - FD_RESERVE
+            rest = list(replies)
+            assert rest[-1]["type"] == "done", rest[-1]
+            assert joined(rest, "delta") == ENGLISH
+            # A new upstream request, while the flood still holds its connections.
+            text, _ = ask_text(asker, "Hello", provider="paced", session="flooded")
+            assert text == ENGLISH
+            assert len(asker.call("history", session="flooded")["turns"]) == 4  # both kept
+            assert asker.call("status")["counters"]["refused"] == len(refused)
+        for sock in flood:
+            sock.close()
+        flood.clear()
+        late: list = []
+
+        def admitted() -> bool:
+            try:
+                late.append(daemon.client())
+            except DaemonUnavailable:  # the daemon has not seen every close yet
+                return False
+            return True
+
+        wait_for(admitted, "a new client admitted after the flood", timeout(10))
+        with late[0] as client:
+            assert ask_text(client, "Hello", session="late")[0] == ENGLISH
+        log = daemon.log()
+        assert "Traceback" not in log
+        assert f"the descriptor limit (RLIMIT_NOFILE {DAEMON_NOFILE}) leaves room for" in log
+        assert log.count("over daemon.max_clients") <= 3  # one line per interval, not per client
+        assert "accept failed" not in log  # the cap kept accept() from running out
+    finally:
+        for sock in flood:
+            sock.close()
+        assert daemon.stop() == 0, daemon.log()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 # ---------------------------------------------------------------- asks
@@ -307,7 +406,7 @@ def test_status_fields(daemon):
     assert status["active"] == []
     assert status["counters"] == {"connections": 2, "refused": 0, "requests": 2,
                                   "bad_requests": 0, "asks": 1, "answered": 1, "failed": 0,
-                                  "cancelled": 0, "overflows": 0}
+                                  "cancelled": 0, "overflows": 0, "revoked": 0}
     assert status["draining"] is False
 
     [active] = busy["active"]
@@ -501,6 +600,12 @@ def test_an_overlong_line_is_skipped(start_daemon):
     assert len(request) == 2048
     raw.send(request + b"\n")
     assert read_request(raw, "edge")[-1]["text"] == ENGLISH
+    # Ended by CRLF, in two reads that part the CR from its LF: the CR is not counted.
+    crlf = request.replace(b'"edge"', b'"crlf"')
+    raw.send(crlf + b"\r")
+    time.sleep(0.05)
+    raw.send(b"\n")
+    assert read_request(raw, "crlf")[-1]["text"] == ENGLISH
     raw.close()
 
 
@@ -624,6 +729,7 @@ def test_a_client_that_never_reads_is_disconnected_and_nobody_else_is(start_daem
         received += chunk
     stuck.close()
     *complete, _ = bytes(received).split(b"\n")
+    assert b"" not in complete  # a newline ends a broken line only, never a whole one
     replies = []
     for index, line in enumerate(complete):
         try:
@@ -663,6 +769,98 @@ def test_a_client_that_reads_gets_a_long_answer_with_the_smallest_queue(start_da
     assert joined(replies, "delta") == REASONED
     with daemon.client() as client:
         assert client.call("status")["counters"]["overflows"] == 0
+
+
+def test_a_client_that_pipelines_300_requests_and_reads_gets_every_reply(start_daemon, mock):
+    """300 requests in one write, against the smallest queue: the daemon
+    reads them no faster than the client reads the replies, so nothing
+    overflows and every request is answered, in order for the quick ones."""
+    daemon = start_daemon(daemon={"client_queue": 16})
+    asks = set(range(0, 300, 30))
+    lines = [json.dumps({"id": n, "op": "ask", "prompt": "Hello", "provider": "paced",
+                         "session": f"pipelined-{n}"}) if n in asks
+             else json.dumps({"id": n, "op": "status"}) for n in range(300)]
+    raw = daemon.raw()
+    raw.send("".join(line + "\n" for line in lines).encode())
+    final: dict[int, dict] = {}
+    deltas: dict[int, str] = {n: "" for n in asks}
+    while len(final) < 300:
+        reply = raw.line()
+        assert reply["type"] != "error", reply
+        if reply["type"] == "delta":
+            deltas[reply["id"]] += reply["text"]
+        elif reply["type"] in ("status", "done"):
+            final[reply["id"]] = reply
+    raw.close()
+    statuses = [n for n in final if n not in asks]
+    assert statuses == sorted(statuses)
+    assert all(final[n]["type"] == "done" for n in asks)
+    assert deltas == {n: ENGLISH for n in asks}
+    with daemon.client() as client:
+        assert client.call("status")["counters"]["overflows"] == 0
+    assert "replies unread" not in daemon.log()
+
+
+def daemon_upstream_sockets(daemon: Daemon, mock: MockServer) -> int:
+    """The daemon's TCP connections to the mock that are established, read
+    from /proc: its socket inodes matched against the kernel's TCP table."""
+    port = int(mock.url.rsplit(":", 1)[1])
+    fd_dir = f"/proc/{daemon.process.pid}/fd"
+    inodes = set()
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{daemon.process.pid}/net/{table}") as f:
+            for row in f.readlines()[1:]:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if fields[9] in inodes and remote_port == port and fields[3] == "01":
+                    count += 1
+    return count
+
+
+def wait_for(check, what: str, wait: float = timeout(5)) -> None:
+    deadline = time.monotonic() + wait
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {wait:g} s")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("half_close_first", [False, True], ids=["close", "half-close-then-close"])
+def test_a_client_gone_closes_its_silent_upstream_at_once(start_daemon, mock, half_close_first):
+    """The upstream stalls (sends half an answer, then nothing, for longer
+    than the test); the client closes its socket: the ask is cancelled and
+    its upstream connection closed within seconds, not after read_timeout."""
+    stalled = {"headers": {"x-mock-fault": "stall"}, "read_timeout": 600.0}
+    daemon = start_daemon(providers={**PROVIDERS, "stalled": stalled})
+    raw = daemon.raw()
+    raw.send(b'{"id":1,"op":"ask","prompt":"Hello","provider":"stalled","session":"gone"}\n')
+    if half_close_first:
+        raw.sock.shutdown(socket.SHUT_WR)
+    assert raw.line()["type"] == "started"
+    assert raw.line()["type"] == "delta"  # the upstream connection is open
+    assert daemon_upstream_sockets(daemon, mock) == 1
+    if half_close_first:
+        time.sleep(HANGUP_POLL * 2)  # the half-close alone keeps the ask
+        assert daemon_upstream_sockets(daemon, mock) == 1
+    closed = time.monotonic()
+    raw.close()
+    wait_for(lambda: daemon_upstream_sockets(daemon, mock) == 0,
+             "the upstream connection closed")
+    assert time.monotonic() - closed < timeout(5)
+    with daemon.client() as client:
+        status = wait_status(client, lambda s: not s["active"])
+        assert client.call("history", session="gone")["turns"] == []
+    assert status["counters"]["cancelled"] == 1
+    assert "client 1: gone; its requests are cancelled" in daemon.log()
+    assert re.search(r"client 1: ask id=1 cancelled after", daemon.log()), daemon.log()
 
 
 # ---------------------------------------------------------------- subscribe
@@ -724,13 +922,19 @@ def test_a_subscriber_sees_its_own_asks_too(daemon):
 
 # ---------------------------------------------------------------- access
 
-CONNECT_AS_NOBODY = """
+# A child's first lines: it drops to uid/gid argv[2] first, then makes the
+# socket it connects with (to argv[1], timeout argv[3]): the kernel's peer
+# credentials are that user's.
+AS_NOBODY = """
 import json, os, socket, sys
 os.setgroups([])
 os.setgid(int(sys.argv[2]))
 os.setuid(int(sys.argv[2]))
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.settimeout(float(sys.argv[3]))
+"""
+
+CONNECT_AS_NOBODY = AS_NOBODY + """
 try:
     sock.connect(sys.argv[1])
     print(sock.makefile("rb").readline().decode().strip())
@@ -803,6 +1007,48 @@ def test_the_socket_mode_and_group(start_daemon, open_dir):
     assert info.st_mode & 0o777 == 0o640
     # Group read but not write: connecting to a Unix socket needs write permission.
     assert first_line_as_nobody(grouped.socket_path) == {"exception": "PermissionError"}
+
+
+# Subscribes, then prints every line it receives, up to the end.
+LISTEN_AS_NOBODY = AS_NOBODY + """
+sock.connect(sys.argv[1])
+sock.sendall(b'{"id":"watch","op":"subscribe"}\\n')
+for line in sock.makefile("rb"):
+    sys.stdout.write(line.decode())
+    sys.stdout.flush()
+"""
+
+
+@root_only
+@pytest.mark.parametrize(("allowed", "tightened"), [
+    ({"allow_users": [NOBODY]}, {"allow_users": [4242]}),
+    ({"allow_users": [4242], "allow_groups": [NOBODY]}, {"allow_users": [4242], "allow_groups": []}),
+], ids=["by-user", "by-group"])
+def test_a_reload_that_tightens_access_disconnects_who_is_no_longer_allowed(
+        start_daemon, open_dir, allowed, tightened):
+    path = os.path.join(open_dir, "agent.sock")
+    daemon = start_daemon(daemon={"socket": path, "socket_mode": 0o666, **allowed})
+    child = subprocess.Popen([sys.executable, "-c", LISTEN_AS_NOBODY, path, str(NOBODY),
+                              str(timeout(20))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(child.stdout.readline())["type"] == "hello"
+        assert json.loads(child.stdout.readline()) == {"id": "watch", "type": "subscribed"}
+        with daemon.client() as root:  # root stays allowed, and connected
+            daemon.daemon_settings.update(tightened)
+            daemon.write_config()
+            daemon.signal(signal.SIGHUP)
+            goodbye = json.loads(child.stdout.readline())
+            assert child.stdout.read() == ""  # then the end of the connection
+            status = root.call("status")
+    finally:
+        child.kill()
+        child.wait()
+    assert goodbye == {"id": None, "type": "error", "code": "not_allowed",
+                       "message": f"uid {NOBODY} gid {NOBODY} may no longer use this daemon"}
+    assert status["counters"]["revoked"] == 1
+    assert status["clients"] == 1
+    assert f"uid={NOBODY} gid={NOBODY}" in daemon.log()
+    assert "no longer in the allow-list; disconnected" in daemon.log()
 
 
 # ---------------------------------------------------------------- the CLI

@@ -57,6 +57,7 @@ class ErrorCode(enum.StrEnum):
     OVERFLOW = "overflow"
     NOT_ALLOWED = "not_allowed"
     INTERNAL_ERROR = "internal_error"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 class Reply:

@@ -4,12 +4,20 @@ Per connection, one nursery holds a reader (lines in, requests dispatched),
 a writer (the bounded outbox to the socket) and one task per ask. Replies
 never wait for a slow reader: they go into the connection's outbox with
 send_nowait, and a full outbox closes that connection with an overflow
-error, so one stuck client costs its own asks and nothing else.
+error, so one stuck client costs its own asks and nothing else. The reader
+in turn stops reading a client's requests while its outbox is more than
+half full, so a client that pipelines many requests but reads is slowed,
+never overflowed.
 
+- Connections are capped in total and per uid (Limits); one over a cap gets
+  an error line and is closed. The total cap is what keeps descriptors for
+  history commits and upstream connections (the daemon sizes it).
 - EOF on the read side (a half-close, `printf ... | socat`) ends the
   subscription, lets the connection's asks finish, then closes it.
-- A failed write means the client is gone: its own asks are cancelled
-  (the upstream request is closed), nobody else's.
+- A client gone (a full close, seen at EOF or while half-closed, or a
+  failed write): its own asks are cancelled (the upstream request is
+  closed), nobody else's.
+- A reload that no longer allows a peer disconnects it with not_allowed.
 - `cancel` names a request of the same connection; other clients' requests
   cannot be reached.
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import socket
 import struct
 import time
@@ -45,6 +54,11 @@ log = logging.getLogger("homeagent.api")
 RECEIVE_SIZE = 65536
 WRITE_BATCH = 64 * 1024          # replies joined into one send, up to this many bytes
 GOODBYE_TIMEOUT = 1.0            # for the last line to a client being closed
+HANGUP_POLL = 0.5                # seconds between checks of a half-closed client for a full close
+ACCEPT_RETRY = 0.1               # seconds between accepts while the process is out of descriptors
+LOG_INTERVAL = 10.0              # at most one line per this many seconds for a repeated failure
+# accept() failing for lack of a resource: the connection waits in the backlog meanwhile.
+ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+
 MAX_PEER_GROUPS = 256
 CAPABILITIES = ("stream", "reasoning", "subscribe", "cancel")
@@ -80,6 +94,56 @@ class Access:
 class Limits:
     max_line: int = protocol.DEFAULT_MAX_LINE
     client_queue: int = 256
+    max_clients: int = 64            # connections open at once, in total
+    max_clients_per_user: int = 16   # of them from one uid
+
+
+class Throttled:
+    """A log line for a failure that can repeat many times a second: the
+    first is logged, the next ones are counted and summed up at most once
+    per LOG_INTERVAL."""
+
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING) -> None:
+        self._log = logger
+        self._level = level
+        self._last = -LOG_INTERVAL
+        self._suppressed = 0
+
+    def note(self, message: str, *args) -> None:
+        now = time.monotonic()
+        if now - self._last < LOG_INTERVAL:
+            self._suppressed += 1
+            return
+        more = f" (and {self._suppressed} more like it)" if self._suppressed else ""
+        self._log.log(self._level, message + more, *args)
+        self._last, self._suppressed = now, 0
+
+
+def hung_up(stream: trio.abc.Stream) -> bool:
+    """Whether the peer closed its socket entirely, not only its sending
+    side: a full close shows POLLHUP at once, a half-close never does. A
+    stream without a socket (in-process tests) never hangs up this way."""
+    sock = getattr(stream, "socket", None)
+    if sock is None or sock.fileno() < 0:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), 0)  # POLLHUP and POLLERR are always reported
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
+async def _send_lines(conn: "_Connection", batch: bytearray) -> None:
+    """Write whole lines. On a socket each send either happens or is
+    cancelled, so conn.mid_line knows whether a cut-off write left half a
+    line with the client (a memory stream takes a whole write at once)."""
+    sock = getattr(conn.stream, "socket", None)
+    if sock is None:
+        await conn.stream.send_all(batch)
+        return
+    view = memoryview(batch)
+    sent = 0
+    while sent < len(batch):
+        sent += await sock.send(view[sent:])
+        conn.mid_line = view[sent - 1] != ord("\n")
 
 
 def peer_of(sock) -> Peer:
@@ -122,19 +186,35 @@ class _Connection:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     flights: dict[RequestId, _Flight] = field(default_factory=dict)
     subscription: Subscription | None = None
-    overflowed: bool = False
-    mid_write: bool = False  # a send was cut off: the client may hold half a line
+    ending: replies.Error | None = None  # why the daemon ends it: its last line
+    mid_line: bool = False  # a send was cut off inside a line: the client holds half of it
+    drained: trio.Event = field(default_factory=trio.Event)  # set when the writer takes replies
 
     def send(self, line: bytes) -> None:
         """Queue an encoded reply without waiting; a full queue ends the connection."""
         try:
             self.outbox.send_nowait(line)
         except trio.WouldBlock:
-            if not self.overflowed:
-                self.overflowed = True
-                self.scope.cancel()
+            capacity = self.outbox.statistics().max_buffer_size
+            self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {capacity} replies were "
+                                   "waiting to be read; the connection is closed"))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # closing: nothing more goes out
+
+    def end(self, reason: replies.Error) -> None:
+        """Close the connection, cancelling its asks; the client is told `reason`."""
+        if self.ending is None:
+            self.ending = reason
+            self.scope.cancel()
+
+    async def until_outbox_has_room(self) -> None:
+        """Wait while more than half of the outbox is unread."""
+        while True:
+            stats = self.outbox.statistics()
+            if stats.current_buffer_used <= stats.max_buffer_size // 2:
+                return
+            self.drained = trio.Event()
+            await self.drained.wait()
 
 
 class ApiServer:
@@ -153,6 +233,9 @@ class ApiServer:
         self._counters = Counters()
         self.bus = Bus(runner, devices, self._counters)
         self._connections: dict[int, _Connection] = {}
+        self._open = 0  # accepted sockets not yet closed, admitted or not
+        self._refusals = Throttled(log)
+        self._accept_failures = Throttled(log, logging.ERROR)
         self._flights: set[_Flight] = set()
         self._draining = False
         self._numbers = 0
@@ -162,10 +245,18 @@ class ApiServer:
         self._accepting = trio.CancelScope()
 
     def reconfigure(self, *, access: Access | None = None, limits: Limits | None = None) -> None:
-        """New settings (a config reload): access for the next connections,
-        limits for the next connections' line and queue sizes."""
+        """New settings (a config reload): access for every connection, open
+        ones included (a peer no longer allowed is disconnected); limits for
+        the next connections' line and queue sizes, and the caps from now on."""
         if access is not None:
             self._access = access
+            for conn in list(self._connections.values()):
+                if not access.allows(conn.peer, self._own_uid):
+                    self._counters.revoked += 1
+                    log.warning("client %d %s: no longer in the allow-list; disconnected",
+                                conn.number, conn.peer)
+                    conn.end(replies.Error(ErrorCode.NOT_ALLOWED, f"uid {conn.peer.uid} gid "
+                                           f"{conn.peer.gid} may no longer use this daemon"))
         if limits is not None:
             self._limits = limits
 
@@ -185,10 +276,54 @@ class ApiServer:
         task's nursery, so they end with it."""
         async with trio.open_nursery() as connections:
             with self._accepting:
-                await trio.serve_listeners(self.serve_connection, listeners,
-                                           handler_nursery=connections,
-                                           task_status=task_status)
+                try:
+                    async with trio.open_nursery() as accepting:
+                        for listener in listeners:
+                            accepting.start_soon(self._accept, listener, connections)
+                        task_status.started()
+                finally:
+                    for listener in listeners:
+                        await trio.aclose_forcefully(listener)
             # Draining: the listeners are closed; connections finish in the nursery.
+
+    async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_RESOURCE_ERRNOS:
+                    raise
+                # Out of descriptors (or memory): the client waits in the backlog.
+                self._accept_failures.note("accept failed: %s; retrying every %g s",
+                                           os.strerror(exc.errno), ACCEPT_RETRY)
+                await trio.sleep(ACCEPT_RETRY)
+                continue
+            if self._open >= self._limits.max_clients:
+                self._refuse_at_once(stream)
+                continue
+            self._open += 1
+            connections.start_soon(self._serve_accepted, stream)
+
+    async def _serve_accepted(self, stream: trio.SocketStream) -> None:
+        try:
+            await self.serve_connection(stream)
+        finally:
+            self._open -= 1
+
+    def _refuse_at_once(self, stream: trio.SocketStream) -> None:
+        """Over the total cap: one write that does not wait, then closed, so a
+        flood of connections holds no descriptor beyond its accept."""
+        self._counters.refused += 1
+        self._refusals.note("a client over daemon.max_clients (%d connections open); refused",
+                            self._open)
+        line = encode(replies.Error(ErrorCode.TOO_MANY_CONNECTIONS, f"{self._open} connections "
+                                    "are open, the most this daemon takes; try again later"),
+                      None)
+        try:
+            os.write(stream.socket.fileno(), line)
+        except OSError:
+            pass  # its buffer is full or it is gone: closing says enough
+        stream.socket.close()
 
     async def serve_connection(self, stream: trio.abc.HalfCloseableStream,
                                peer: Peer | None = None) -> None:
@@ -219,6 +354,17 @@ class ApiServer:
                 ErrorCode.NOT_ALLOWED, f"uid {peer.uid} gid {peer.gid} may not use this "
                 "daemon"), None))
             return
+        # Root and the daemon's own user can stop the daemon anyway: only
+        # the total cap holds for them.
+        same_user = sum(1 for c in self._connections.values() if c.peer.uid == peer.uid)
+        if peer.uid not in (0, self._own_uid) and same_user >= self._limits.max_clients_per_user:
+            self._counters.refused += 1
+            self._refusals.note("client %d %s: over daemon.max_clients_per_user (%d); refused",
+                                number, peer, same_user)
+            await self._goodbye(stream, encode(replies.Error(
+                ErrorCode.TOO_MANY_CONNECTIONS, f"uid {peer.uid} has {same_user} connections "
+                "open, the most this daemon takes from one user"), None))
+            return
         outbox, inbox = trio.open_memory_channel(self._limits.client_queue)
         conn = _Connection(number, peer, stream, outbox, inbox)
         self._connections[number] = conn
@@ -233,20 +379,24 @@ class ApiServer:
                                                        protocol.OPERATIONS, CAPABILITIES,
                                                        self._limits.max_line)))
                         await self._reader(conn, requests)
-                        # EOF: no more requests; those in progress finish.
+                        if hung_up(stream):
+                            self._gone(conn)
+                        else:
+                            # A half-close: no more requests; those in progress finish,
+                            # unless the client closes entirely meanwhile.
+                            nursery.start_soon(self._watch_hangup, conn)
                         self._subscribe(conn, None)
                     # The writer sends what is left, then ends the connection.
                     conn.outbox.close()
         finally:
             self._subscribe(conn, None)
             del self._connections[number]
-            if conn.overflowed:
-                self._counters.overflows += 1
-                log.warning("client %d %s: more than %d replies unread; disconnected",
-                            number, peer, self._limits.client_queue)
-                await self._goodbye(stream, encode(replies.Error(
-                    ErrorCode.OVERFLOW, f"more than {self._limits.client_queue} replies were "
-                    "waiting to be read; the connection is closed"), None), conn.mid_write)
+            if conn.ending is not None:
+                if conn.ending.code is ErrorCode.OVERFLOW:
+                    self._counters.overflows += 1
+                    log.warning("client %d %s: more than %d replies unread; disconnected",
+                                number, peer, conn.outbox.statistics().max_buffer_size)
+                await self._goodbye(stream, encode(conn.ending, None), conn.mid_line)
             else:
                 await trio.aclose_forcefully(stream)
             log.info("client %d: disconnected", number)
@@ -267,6 +417,7 @@ class ApiServer:
     async def _reader(self, conn: _Connection, nursery: trio.Nursery) -> None:
         reader = LineReader(self._limits.max_line)
         while True:
+            await conn.until_outbox_has_room()
             try:
                 data = await conn.stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -278,6 +429,9 @@ class ApiServer:
                         f"{reader.pending} bytes; it was ignored"), None))
                 return
             for item in reader.feed(data):
+                # The replies of the last request have room, and their writer a turn.
+                await conn.until_outbox_has_room()
+                await trio.lowlevel.checkpoint()
                 if isinstance(item, Line):
                     if item.data.strip():
                         self._dispatch(conn, item.data, nursery)
@@ -296,11 +450,22 @@ class ApiServer:
                         batch += conn.inbox.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                conn.mid_write = True
-                await conn.stream.send_all(batch)
-                conn.mid_write = False
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            log.info("client %d: gone; its requests are cancelled", conn.number)
+                conn.drained.set()
+                await _send_lines(conn, batch)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError,
+                ConnectionResetError):
+            self._gone(conn)
+        conn.scope.cancel()
+
+    async def _watch_hangup(self, conn: _Connection) -> None:
+        """A half-closed client that then closes entirely is gone: its asks
+        stop now, not when a reply finally fails to be written."""
+        while not hung_up(conn.stream):
+            await trio.sleep(HANGUP_POLL)
+        self._gone(conn)
+
+    def _gone(self, conn: _Connection) -> None:
+        log.info("client %d: gone; its requests are cancelled", conn.number)
         conn.scope.cancel()
 
     # ---- requests ----

@@ -28,6 +28,7 @@ class Counters:
     failed: int = 0
     cancelled: int = 0
     overflows: int = 0
+    revoked: int = 0  # connections closed by a reload that no longer allows their peer
 
     def ended(self, outcome: Outcome) -> None:
         setattr(self, outcome.value, getattr(self, outcome.value) + 1)

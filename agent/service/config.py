@@ -46,11 +46,13 @@ MAX_ID = 2**32 - 2
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_CLIENT_QUEUE = 65536
 MAX_TURNS = 10000
+MAX_CLIENTS = 4096
 MAX_SHUTDOWN_GRACE = 3600.0
 
 _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
+                "max_clients", "max_clients_per_user",
                 "log_level")
 _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
                  "max_tool_arguments")
@@ -114,6 +116,8 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # state_directory = ""    # "" is $STATE_DIRECTORY, else /var/lib/homeagent
 # max_line_bytes = 65536
 # client_queue = 256
+# max_clients = 64        # connections open at once; fewer if the descriptors allow fewer
+# max_clients_per_user = 16
 # shutdown_grace = 10.0
 # log_level = "info"
 
@@ -163,7 +167,9 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
         max_line_bytes=table.integer("max_line_bytes", 65536, 1024, MAX_LINE_BYTES),
         client_queue=table.integer("client_queue", 256, 16, MAX_CLIENT_QUEUE),
         shutdown_grace=table.number("shutdown_grace", 10.0, 0, MAX_SHUTDOWN_GRACE),
-        log_level=log_level)
+        log_level=log_level,
+        max_clients=table.integer("max_clients", 64, 1, MAX_CLIENTS),
+        max_clients_per_user=table.integer("max_clients_per_user", 16, 1, MAX_CLIENTS))
 
 
 def _sessions(table: Table) -> SessionConfig:

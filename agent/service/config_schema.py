@@ -30,6 +30,8 @@ class DaemonConfig:
     client_queue: int
     shutdown_grace: float
     log_level: str
+    max_clients: int = 64
+    max_clients_per_user: int = 16
 
 
 @dataclass(frozen=True)

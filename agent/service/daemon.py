@@ -4,7 +4,8 @@ watchdog and the status reporter; one httpx.AsyncClient carries every
 upstream request so keep-alive connections are reused.
 
 Start: config (a bad one stops here, naming file, line and key), logging,
-the history store, the listening socket (systemd's if it passed one),
+the history store, the listening socket (systemd's if it passed one), the
+client cap within the descriptor limit (FD_RESERVE kept for the rest),
 READY=1. SIGHUP: reload the config; a bad one is logged and the running one
 kept; the socket settings apply at the next start. SIGTERM or SIGINT:
 STOPPING=1, drain (asks get the grace time, then are cancelled, each client
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import stat
@@ -42,6 +44,10 @@ STATUS_INTERVAL = 10.0   # seconds between STATUS= updates, when something chang
 LISTEN_BACKLOG = 128
 # Idle keep-alive connections per upstream host; an ask rarely needs more than one.
 HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=8, keepalive_expiry=60)
+# Descriptors never given to clients: every upstream connection the pool may
+# open, and room for history commits (a temporary file and its directory),
+# devices, tool processes and logs.
+FD_RESERVE = HTTP_LIMITS.max_connections + 64
 
 
 class StartupError(Exception):
@@ -119,10 +125,23 @@ class _Daemon:
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
                              tool_limits_of(config))
+        self.client_ceiling = client_ceiling()
         self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
-                                limits=Limits(daemon.max_line_bytes, daemon.client_queue),
-                                devices=self.devices, status_extra=self.status_extra)
+                                limits=self.limits(daemon), devices=self.devices,
+                                status_extra=self.status_extra)
+
+    def limits(self, daemon) -> Limits:
+        """The server's limits from the config, max_clients within what the
+        descriptors allow."""
+        if daemon.max_clients > self.client_ceiling:
+            log.warning("daemon.max_clients %d: the descriptor limit (RLIMIT_NOFILE %d) "
+                        "leaves room for %d clients; serving at most %d",
+                        daemon.max_clients, _nofile(), self.client_ceiling,
+                        self.client_ceiling)
+        return Limits(daemon.max_line_bytes, daemon.client_queue,
+                      min(daemon.max_clients, self.client_ceiling),
+                      daemon.max_clients_per_user)
 
     async def run(self, signals) -> None:
         config = self.config
@@ -194,7 +213,7 @@ class _Daemon:
         self.runner.configure(upstreams_of(new), new.default_provider,
                               new.sessions.system_prompt, tool_limits_of(new))
         self.server.reconfigure(access=Access(new.daemon.allow_users, new.daemon.allow_groups),
-                                limits=Limits(new.daemon.max_line_bytes, new.daemon.client_queue))
+                                limits=self.limits(new.daemon))
         self.store.set_limits(max_turns=new.sessions.max_turns,
                               max_bytes=new.sessions.max_bytes)
         logsetup.set_level(new.daemon.log_level)
@@ -224,6 +243,26 @@ class _Daemon:
 def _warn(config: Config) -> None:
     for warning in config.warnings:
         log.warning("%s", warning)
+
+
+def _nofile() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft
+
+
+def client_ceiling() -> int:
+    """How many client connections the descriptor limit leaves, after those
+    open now and FD_RESERVE; a limit that leaves none stops the start."""
+    soft = _nofile()
+    if soft == resource.RLIM_INFINITY:
+        return sys.maxsize
+    in_use = len(os.listdir("/proc/self/fd"))
+    ceiling = soft - in_use - FD_RESERVE
+    if ceiling < 1:
+        raise StartupError(f"the descriptor limit (RLIMIT_NOFILE {soft}) leaves none for "
+                           f"clients: {in_use} are open and {FD_RESERVE} are kept for upstream "
+                           "connections, history and devices; raise LimitNOFILE=")
+    return ceiling
 
 
 def _device_settings(config: Config) -> dict:
