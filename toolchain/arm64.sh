@@ -231,12 +231,14 @@ do_test() {
     make -s -C csrc qemu OUT="$WORK/csrc" AARCH64_LIBC="$SYSROOT" "${jts[@]}"
     STAGE_TIME[c-tests]=$((SECONDS - t0))
 
-    # The suite runs from a copy: tests/, bench/ and docs/ under $TREE/main, ../shared as
-    # a link beside it (the tests find fixtures at parents[2]/shared). No agent/
-    # there, so the package comes from the installed wheel in $TSITE only.
+    # The suite runs from a copy: tests/, bench/, docs/ and the C headers (the
+    # cdef parity tests read them) under $TREE/main, ../shared as a link beside
+    # it (the tests find fixtures at parents[2]/shared). No agent/ there, so the
+    # package comes from the installed wheel in $TSITE only.
     rm -rf "$TREE"
-    mkdir -p "$TREE/main"
+    mkdir -p "$TREE/main/csrc"
     cp -r tests bench docs pyproject.toml "$TREE/main"/
+    cp csrc/*.h "$TREE/main/csrc"/
     find "$TREE/main" -name __pycache__ -prune -exec rm -rf {} +
     [ -d "$root/../shared" ] && ln -sfn "$(cd "$root/../shared" && pwd)" "$TREE/shared"
 
