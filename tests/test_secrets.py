@@ -65,6 +65,16 @@ def test_encode_masks_every_string_keys_included(masked):
     assert json.loads(replies.encode(replies.Delta(f"{SECRET}!"), 1))["text"] == "***!"
 
 
+@pytest.mark.parametrize("text", [f"{SECRET}!", f"a\n{quote(SECRET, safe='')}\u2028", "plain"])
+def test_the_delta_fast_path_encodes_as_every_other_reply(masked, text):
+    """A delta to an integer id skips the generic walk; its bytes are the
+    walk's (a string id takes the walk)."""
+    fast = replies.encode(replies.Delta(text), 7)
+    walked = replies.encode(replies.Delta(text), "7")
+    assert fast == walked.replace(b'"id":"7"', b'"id":7')
+    assert not any(form.encode() in fast for form in FORMS)
+
+
 def test_encode_makes_nan_and_infinity_null():
     sessions = replies.Sessions([{"name": "s", "turns": 2, "score": float("nan"),
                                   "more": [float("inf"), -float("inf"), 1.5]}])

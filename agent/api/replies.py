@@ -276,6 +276,9 @@ def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
     """The line of a reply: id (when addressed; None is null), type, the
     reply's fields, then request (the ask a subscriber is shown); secrets
     masked, NaN and Infinity null."""
+    if type(reply) is Delta and request is None and type(request_id) is int:
+        # The per-token path: one string to mask, nothing that can be a float.
+        return dump_line({"id": request_id, "type": "delta", "text": masking.mask(reply.text)})
     line = {} if request_id is UNADDRESSED else {"id": request_id}
     line["type"] = reply.type
     line.update(reply.fields())
