@@ -78,7 +78,8 @@ class CallBuilder:
         self.max_arguments = max_arguments
 
     def add(self, piece: str) -> None:
-        self.size += len(piece.encode("utf-8"))
+        # most argument pieces are ASCII: their length is their size, no copy
+        self.size += len(piece) if piece.isascii() else len(piece.encode("utf-8"))
         if self.size > self.max_arguments:
             self.pieces.clear()
         else:
