@@ -101,11 +101,9 @@ def parse_request(line: bytes) -> Request | RequestError:
 
 
 def _is_id(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, str):
+    if is_type(value, str):
         return 0 < len(value) <= MAX_ID_LENGTH
-    return isinstance(value, int) and -2 ** 63 <= value < 2 ** 63
+    return is_type(value, int) and -2 ** 63 <= value < 2 ** 63
 
 
 def _shown(value: Any) -> str:

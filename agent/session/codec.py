@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from agent.jsontypes import is_type
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
@@ -173,8 +174,7 @@ class _Reader:
 
     def _checked(self, key: str, kind: type) -> Any:
         value = self.obj[key]
-        # bool is an int to Python, not to JSON
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        if not is_type(value, kind):
             raise ValueError(f"{self.prefix}{key!r} must be {_JSON_KINDS[kind]}, "
                              f"not {_kind(value)}")
         return value

@@ -46,6 +46,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from agent.jsontypes import is_type
 from agent.providers.requests import AssistantTurn, UserTurn
 from agent.session.codec import turn_from_json, turn_to_json
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, loads_flagged
@@ -276,7 +277,7 @@ def _parse(session_id: str, data: bytes) -> tuple[list, float]:
     if doc.get("id") != session_id:
         raise ValueError(f"names session {doc.get('id')!r}")
     updated, turns = doc.get("updated"), doc.get("turns")
-    if isinstance(updated, bool) or not isinstance(updated, (int, float)):
+    if not is_type(updated, (int, float)):
         raise ValueError("'updated' is not a number")
     # The scanner keeps integers beyond int64 exact: one may be beyond a float too.
     if not (isinstance(updated, float) or abs(updated) < 2 ** 53) or not math.isfinite(updated):
