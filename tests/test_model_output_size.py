@@ -11,27 +11,26 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from agent.mock_llm import scripts, wire
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from agent.service.install import shipped
 from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.decoders.events import ToolCallDone
 from agent.stream.message import ArgumentsError
-from conftest import timeout
+from conftest import EMULATED, timeout
 from daemon_harness import Daemon, command_device
 from helpers import of_type
 
-UNIT = Path(__file__).parent.parent / "agent" / "service" / "units" / "homeagent.service"
 SIZE = 10 * 1000 * 1000
 SCHEMA = {"type": "object", "properties": {"channel": {"type": "integer"}}}
 PROTOCOLS = ["openai-chat", "anthropic", "openai-responses"]
 
 
 def memory_high_kib() -> int:
-    value = re.search(r"^MemoryHigh=(\d+)M$", UNIT.read_text(), re.M)
+    value = re.search(r"^MemoryHigh=(\d+)M$", shipped("homeagent.service"), re.M)
     return int(value[1]) * 1024
 
 
@@ -67,7 +66,10 @@ def test_a_10_mb_tool_argument_is_not_held_echoed_or_stored(big, mock, protocol)
     peak = peak_rss_kib(daemon)
     print(f"{protocol}: the daemon's peak RSS after a {SIZE}-byte argument: {peak} KiB "
           f"(MemoryHigh {memory_high_kib()} KiB)")
-    assert peak < memory_high_kib()
+    if not EMULATED:
+        # Under qemu-user the process is qemu, whose own memory is in the RSS
+        # (tests/test_daemon_load.py): the bound means something on the host only.
+        assert peak < memory_high_kib()
 
     [call] = of_type(replies, "tool_call")
     assert call["arguments"] == "" and call["error"] == "too_large"
