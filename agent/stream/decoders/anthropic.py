@@ -14,9 +14,10 @@ Out of the ordinary, and what happens (docs/truth-table-anthropic.md):
   block is made from the delta's kind so nothing is lost;
 - a block of a type we do not know: OtherPart in the message, and
   DecodeWarning(UNKNOWN_ITEM_TYPE);
-- a delta whose kind does not fit its block (text_delta for a tool_use
-  block), a second start or stop of one block, a tool argument piece after
-  its block's stop: one DecodeWarning(UNKNOWN_BLOCK) per block and cause;
+- a second start or stop of one block: DecodeWarning(UNKNOWN_BLOCK) naming
+  what was kept; a delta whose kind does not fit its block (text_delta for a
+  tool_use block), a tool argument piece after its block's stop: one
+  DecodeWarning(UNKNOWN_BLOCK) per block and cause, however the reads split;
 - a block event whose `index` is absent, null or not a number: the core
   warns (MISSING_FIELD or FIELD_TYPE "index") and drops the event; a number
   that is no usable index (negative, a fraction, over int64): the core warns
