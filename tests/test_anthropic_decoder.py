@@ -53,7 +53,7 @@ from agent.stream.decoders.events import (
 from agent.stream.message import ArgumentsError, FinishReason, TextPart, ThinkingPart, ToolCall
 import bench_module
 from conftest import scaled
-from streams import cuts_for, feed_split, recorded
+from streams import cuts_for, feed_split, recorded, split_view
 
 
 
@@ -253,13 +253,13 @@ def assert_calls_done_once(events) -> None:
 
 
 def assert_split_invariant(body: bytes, cut_sets, **kw):
-    """Same message and same warnings whatever the reads."""
+    """Same message, same non-delta events and same joined deltas
+    (split_view) whatever the reads, byte by byte too."""
     whole_events, whole = ours(body, **kw)
-    for cuts in cut_sets:
+    for cuts in list(cut_sets) + [range(1, len(body))]:
         events, msg = ours(body, cuts, **kw)
         assert msg == whole, cuts
-        assert warnings(events) == warnings(whole_events), cuts
-        assert of(events, MessageIncomplete) == of(whole_events, MessageIncomplete), cuts
+        assert split_view(events) == split_view(whole_events), cuts
     return whole_events, whole
 
 
@@ -1316,13 +1316,15 @@ CASES = [
     ("start-again", [start(1, text_block()), text(1, "one"), start(1, tool_block("t", "f")), stop(1)],
      decoder_warns("block 1 started again as tool_use: kept the first (text)",
                    lambda m: m.parts[1] == TextPart("one") and not m.tool_calls)),
-    ("delta-kind-mismatch", [start(1, tool_block("t", "f")), text(1, "wrong"), stop(1)],
-     decoder_warns("text_delta for tool_use block 1: ignored 'wrong'",
+    # two pieces of each: one record fed whole, two split between them; one warning
+    ("delta-kind-mismatch", [start(1, tool_block("t", "f")), text(1, "wr"), text(1, "ong"), stop(1)],
+     decoder_warns("text_delta for tool_use block 1: ignored",
                    lambda m: m.tool_calls[0].parsed == {} and m.text == "before after")),
     ("stop-unknown-block", [stop(7)], decoder_warns("content_block_stop for block 7, never started")),
     ("stop-twice", [stop(0)], decoder_warns("content_block_stop for block 0 again")),
-    ("args-after-stop", [start(1, tool_block("t", "f")), args(1, "{}"), stop(1), args(1, " ")],
-     decoder_warns("input_json_delta for block 1 after its content_block_stop: ignored ' '",
+    ("args-after-stop", [start(1, tool_block("t", "f")), args(1, "{}"), stop(1), args(1, " "),
+                         args(1, "x")],
+     decoder_warns("input_json_delta for block 1 after its content_block_stop: ignored",
                    lambda m: m.tool_calls[0].arguments == "{}")),
     ("citation-unknown-block", [cite(5, char_cite("c", 0, 1))],
      decoder_warns("citations_delta for block 5, never started: citation kept",
@@ -1388,7 +1390,11 @@ END_CASES = [
      ending({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
              "usage": {"output_tokens": -5}}),
      usage_end("output_tokens", Usage(10, 1, None, 0, 0, None), "end_turn")),
-    ("data-after-message-stop", body_of(*HEAD, *TAIL, text(0, "late")), check_after_end),
+    # two text pieces after the end: one record fed whole, two split between
+    # them; one warning either way, whatever else follows
+    ("data-after-message-stop", body_of(*HEAD, *TAIL, text(0, "la"), text(0, "te"),
+                                        b"data: {not json\n\n", b"bogus: x\n\n", *TAIL),
+     check_after_end),
     ("bad-utf8-in-message-stop",
      body_of(*HEAD, *TAIL[:-1], b'event: message_stop\ndata: {"type":"message_stop","x":"\xff"}\n\n'),
      check_end_bad_utf8),

@@ -8,7 +8,9 @@ in tests/reference.py (RefSSE): event by event, value by value, read by read.
 (b) hypothesis-generated streams, every split of the short ones and random
     multi-splits of the long ones;
 (c) random bytes in random splits, with small buffers;
-plus the two recorded streams of ../shared/fixtures and a 16 MiB event.
+plus the two recorded streams of ../shared/fixtures, hostile bodies of the
+three protocols through the core and the provider decoders, and a 16 MiB
+event.
 No timing is asserted anywhere.
 """
 
@@ -23,6 +25,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from agent.stream import Protocol, StreamDecoder
+from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from agent.stream.decoders.events import MessageIncomplete
 from agent.stream.records import (
     DecodeWarning,
     FramingError,
@@ -39,7 +43,7 @@ from agent.stream.records import (
 )
 from conftest import scaled
 from reference import RefSSE
-from streams import mutate
+from streams import assert_split_independent, every_split, feed_split, mutate
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 CAP = 1024  # a buffer that holds every hand-written event unless said
@@ -639,6 +643,113 @@ def test_recorded_openai_tool_arguments():
     for text in args.values():
         assert isinstance(json.loads(text), dict)
     assert [e for e in events if isinstance(e, ToolArgsDelta)]
+
+
+# ---------------------------------------------------------------------------
+# hostile bodies: no non-delta event depends on the reads
+# ---------------------------------------------------------------------------
+
+HOSTILE_BUFFER = 256  # every event below fits but the oversized one
+
+
+def _data(*events: str) -> bytes:
+    return b"".join(f"data: {e}\n\n".encode() for e in events)
+
+
+# What each body holds besides the answer: an unknown member, an event cut
+# mid-JSON, an unknown SSE field, an event over the buffer, a name too long,
+# and after the end marker two text pieces (one record fed whole, two split
+# between them), bad JSON, and an event the close finds unterminated.
+_ODD = (b"retry-after: 5\n\n" + _data("x" * 2 * HOSTILE_BUFFER)
+        + b"event: " + b"n" * 200 + b"\n" + _data("{}"))
+_CHAT_TEXT = '{"choices":[{"index":0,"delta":{"content":"%s"}}]}'
+_CHAT = (_data(_CHAT_TEXT % "a", '{"choices":[{"index":0,"delta":{"content":"b"}}],"future":1}',
+               '{"choices":[{"index":0,"delta":{"content":"cut')
+         + _ODD
+         + _data('{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1",'
+                 '"function":{"name":"f","arguments":"{\\"a\\""}}]}}]}',
+                 '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+                 '"function":{"arguments":": 1}"}}]}}]}',
+                 '{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],'
+                 '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'),
+         _data("[DONE]"),
+         _data(_CHAT_TEXT % "x", _CHAT_TEXT % "y", "not json") + b"data: {\"choices\"")
+_ANTHROPIC_TEXT = '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"%s"}}'
+_ANTHROPIC = (_data('{"type":"message_start","message":{"id":"m1","model":"c","future":1}}',
+                    '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+                    _ANTHROPIC_TEXT % "a", _ANTHROPIC_TEXT % "b", '{"type":"content_block_delta",')
+              + _ODD
+              + _data('{"type":"content_block_stop","index":0}',
+                      '{"type":"content_block_start","index":1,"content_block":'
+                      '{"type":"tool_use","id":"t1","name":"f","input":{}}}',
+                      '{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"w"}}',
+                      '{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"v"}}',
+                      '{"type":"content_block_delta","index":1,"delta":'
+                      '{"type":"input_json_delta","partial_json":"{}"}}',
+                      '{"type":"content_block_stop","index":1}',
+                      '{"type":"content_block_delta","index":1,"delta":'
+                      '{"type":"input_json_delta","partial_json":"x"}}',
+                      '{"type":"content_block_delta","index":1,"delta":'
+                      '{"type":"input_json_delta","partial_json":"y"}}',
+                      '{"type":"message_delta","delta":{"stop_reason":"tool_use"},'
+                      '"usage":{"output_tokens":2}}'),
+              _data('{"type":"message_stop"}'),
+              _data(_ANTHROPIC_TEXT % "x", _ANTHROPIC_TEXT % "y", "not json")
+              + b"data: {\"type\"")
+_RESPONSES_TEXT = ('{"type":"response.output_text.delta","item_id":"m","output_index":0,'
+                   '"content_index":0,"delta":"%s"}')
+_RESPONSES = (_data('{"type":"response.created","response":{"id":"r1","model":"g","future":1}}',
+                    '{"type":"response.output_item.added","output_index":0,'
+                    '"item":{"type":"message","id":"m"}}',
+                    _RESPONSES_TEXT % "a", _RESPONSES_TEXT % "b", '{"type":"response.output_')
+              + _ODD
+              + _data('{"type":"response.output_item.added","output_index":1,'
+                      '"item":{"type":"function_call","id":"fc","call_id":"c1","name":"f"}}',
+                      '{"type":"response.function_call_arguments.delta","item_id":"fc",'
+                      '"output_index":1,"delta":"{}"}',
+                      '{"type":"response.output_item.done","output_index":1,"item":'
+                      '{"type":"function_call","id":"fc","call_id":"c1","name":"f",'
+                      '"arguments":"{ }","status":"completed"}}'),
+              _data('{"type":"response.completed","response":{"id":"r1","status":"completed",'
+                    '"usage":{"input_tokens":3,"output_tokens":2,"total_tokens":5}}}'),
+              _data(_RESPONSES_TEXT % "x", _RESPONSES_TEXT % "y", "not json")
+              + b"data: {\"type\"")
+_HOSTILE = {Protocol.OPENAI_CHAT: (OpenAIChatDecoder, _CHAT),
+            Protocol.ANTHROPIC: (AnthropicDecoder, _ANTHROPIC),
+            Protocol.OPENAI_RESPONSES: (OpenAIResponsesDecoder, _RESPONSES)}
+
+
+def _hostile_bodies():
+    """(protocol, body, ended) for each protocol: the whole hostile body,
+    and the same cut just before its end marker (the end never comes)."""
+    for protocol, (_, (head, end, after)) in _HOSTILE.items():
+        name = protocol.name.lower()
+        yield pytest.param(protocol, head + end + after, True, id=f"{name}-after-end")
+        yield pytest.param(protocol, head, False, id=f"{name}-no-end")
+
+
+@pytest.mark.parametrize("protocol,body,ended", list(_hostile_bodies()))
+def test_hostile_body_core_records_do_not_depend_on_the_reads(protocol, body, ended):
+    whole = merge_deltas(flat(run_c([body], HOSTILE_BUFFER, protocol)))
+    for cuts in every_split(body, limit=len(body)) + [range(1, len(body))]:
+        dec = StreamDecoder(protocol, buffer_size=HOSTILE_BUFFER)
+        assert merge_deltas(feed_split(dec, body, list(cuts))) == whole, list(cuts)[:8]
+
+
+@pytest.mark.parametrize("protocol,body,ended", list(_hostile_bodies()))
+def test_hostile_body_decoder_events_do_not_depend_on_the_reads(protocol, body, ended):
+    """Warnings, framing errors, calls, finish, usage, the after-end warning
+    and MessageIncomplete: the same sequence fed whole, byte by byte and at
+    every split point, and the same joined text."""
+    decoder = _HOSTILE[protocol][0]
+    _, events = assert_split_independent(lambda: decoder(buffer_size=HOSTILE_BUFFER), body,
+                                         every_split(body, limit=len(body)))
+    kinds = {type(e) for e in events}
+    assert {DecodeWarning, FramingError, UnknownField} <= kinds
+    codes = [e.code for e in events if isinstance(e, DecodeWarning)]
+    assert WarningCode.BAD_JSON in codes
+    assert codes.count(WarningCode.AFTER_END) == ended  # once, or never without an end
+    assert any(isinstance(e, MessageIncomplete) for e in events) != ended
 
 
 # ---------------------------------------------------------------------------

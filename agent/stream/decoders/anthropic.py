@@ -14,9 +14,10 @@ Out of the ordinary, and what happens (docs/truth-table-anthropic.md):
   block is made from the delta's kind so nothing is lost;
 - a block of a type we do not know: OtherPart in the message, and
   DecodeWarning(UNKNOWN_ITEM_TYPE);
-- a delta whose kind does not fit its block (text_delta for a tool_use
-  block), a second start or stop of one block, a tool argument piece after
-  its block's stop: DecodeWarning(UNKNOWN_BLOCK) naming what was ignored;
+- a second start or stop of one block: DecodeWarning(UNKNOWN_BLOCK) naming
+  what was kept; a delta whose kind does not fit its block (text_delta for a
+  tool_use block), a tool argument piece after its block's stop: one
+  DecodeWarning(UNKNOWN_BLOCK) per block and cause, however the reads split;
 - a block event whose `index` is absent, null or not a number: the core
   warns (MISSING_FIELD or FIELD_TYPE "index") and drops the event; a number
   that is no usable index (negative, a fraction, over int64): the core warns
@@ -78,6 +79,7 @@ class AnthropicDecoder(ProviderDecoder):
         self._blocks: dict[int, object] = {}   # index -> builder
         self._stopped: set[int] = set()
         self._implicit: set[int] = set()       # blocks made by a delta, not a start
+        self._ignored: set[tuple] = set()      # (block index, why) of deltas ignored
         self._calls: list[CallBuilder] = []    # in start order
         self._held: list[CallBuilder] = []     # stopped, arguments did not parse
         self._msg = Message()
@@ -146,6 +148,13 @@ class AnthropicDecoder(ProviderDecoder):
     def _warn(self, out: list, detail: str, code: WarningCode = WarningCode.UNKNOWN_BLOCK) -> None:
         out.append(rec.DecodeWarning(code, detail, None))
 
+    def _ignore(self, out: list, key: tuple, detail: str) -> None:
+        """Warn once per block and cause: the core merges the deltas of one
+        read, so a warning (or its text) per record would depend on the reads."""
+        if key not in self._ignored:
+            self._ignored.add(key)
+            self._warn(out, detail)
+
     def _new_call(self, index: int, call_id: str | None, name: str | None,
                   out: list) -> CallBuilder:
         call = CallBuilder(len(self._calls), call_id, name,
@@ -168,9 +177,8 @@ class AnthropicDecoder(ProviderDecoder):
             b = self._blocks[e.index] = want()
             return b
         if type(b) is not want:
-            what = e.text if hasattr(e, "text") else e.signature
-            self._warn(out, f"{_DELTA_NAME[type(e)]} for {_BUILDER_NAME[type(b)]} block {e.index}: "
-                            f"ignored {what!r}")
+            self._ignore(out, (e.index, type(e)),
+                         f"{_DELTA_NAME[type(e)]} for {_BUILDER_NAME[type(b)]} block {e.index}: ignored")
             return None
         return b
 
@@ -216,8 +224,8 @@ class AnthropicDecoder(ProviderDecoder):
         if call is None:
             return
         if call.done is not None:
-            self._warn(out, f"input_json_delta for block {e.index} after its content_block_stop: "
-                            f"ignored {e.text!r}")
+            self._ignore(out, (e.index, rec.BlockStop),
+                         f"input_json_delta for block {e.index} after its content_block_stop: ignored")
             return
         call.add(e.text)
         out.append(ev.ToolCallDelta(call.call, e.text))

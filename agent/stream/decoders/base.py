@@ -142,6 +142,7 @@ class ProviderDecoder:
         self._max_arguments = max_arguments  # of each tool call, in bytes
         self._ended = False   # the protocol's end was seen
         self._closed = False
+        self._after_end_warned = False
         self.dropped_events: dict[str, int] = {}  # reason -> events the core dropped
 
     def feed(self, data: bytes) -> list:
@@ -170,9 +171,13 @@ class ProviderDecoder:
         return out
 
     def _after_end(self, event, out: list) -> bool:
-        """Data after the end sentinel is reported, not decoded."""
+        """Data after the end sentinel is not decoded, and reported once, naming
+        its first record: the core merges the deltas of one read, so a warning
+        per record would count the reads, not the data."""
         if self._ended:
-            out.append(DecodeWarning(WarningCode.AFTER_END, type(event).__name__, None))
+            if not self._after_end_warned:
+                self._after_end_warned = True
+                out.append(DecodeWarning(WarningCode.AFTER_END, type(event).__name__, None))
             return True
         return False
 
