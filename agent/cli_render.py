@@ -103,6 +103,7 @@ _DROP_REASONS = {
     "bad_json": "not valid JSON",
     "not_object": "not a JSON object",
     "event_too_large": "larger than the stream buffer",
+    "delta_elided": "a delta longer than the stream buffer, its text not kept",
     "name_too_long": "dropped for an over-long event name",
     "output_too_large": "too large to decode",
 }

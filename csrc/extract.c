@@ -23,6 +23,8 @@ int ha_stream_init(ha_stream *st, ha_protocol proto, uint8_t *sse_buf,
         return -1;
     memset(st, 0, sizeof *st);
     ha_sse_init(&st->sse, sse_buf, sse_cap);
+    /* JSON data: an oversize event keeps its small fields */
+    ha_sse_elide(&st->sse, proto != HA_PROTO_SSE);
     st->proto = proto;
     st->recs = recs;
     st->rec_words = rec_words;
@@ -130,6 +132,7 @@ static int deliver(ha_stream *st)
     ev_ctx c;
     const ha_sse_event *ev = &st->ev;
     ev_begin(&c, st, ev->data, ev->data_len);
+    c.elided = st->pending_status == HA_SSE_EVENT && ev->elided > 0;
     extract(&c, st->pending_status, ev);
     if (c.full) {
         ev_rollback(&c);

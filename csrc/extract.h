@@ -161,8 +161,13 @@ typedef enum {
     HA_WARN_FIELD_TYPE = 5,      /* a known field of the wrong type (s1 path) */
     HA_WARN_REPLACED_UTF8 = 6,   /* invalid UTF-8 or lone surrogate replaced
                                     by U+FFFD somewhere in this event */
-    HA_WARN_MISSING_FIELD = 7    /* a field the event type needs is absent
+    HA_WARN_MISSING_FIELD = 7,   /* a field the event type needs is absent
                                     or null (s1 path) */
+    HA_WARN_ELIDED = 8,          /* a long string of an event over the SSE
+                                    buffer was elided and reads as absent;
+                                    the deltas carried it (s1 path) */
+    HA_WARN_DELTA_ELIDED = 9     /* a delta's piece was elided: that text is
+                                    lost (s1 path) */
 } ha_warning;
 
 typedef enum {

@@ -216,10 +216,22 @@ int64_t ev_int(ev_ctx *c, ha_json_val v, const char *path)
 
 /* A piece extends the previous record when that is a delta of the same
  * kind, index, sub and item id whose text ends where this one starts. */
+/* A string the framer elided: in an event it elided strings of, the raw
+ * content HA_SSE_ELIDED (a provider's own "\u0000" there reads the same). */
+static int ev_elided(const ev_ctx *c, ha_json_val v)
+{
+    return c->elided && v.kind == HA_JSON_STRING && v.end - v.start == HA_SSE_ELIDED_LEN + 2 &&
+           memcmp(c->doc + v.start + 1, HA_SSE_ELIDED, HA_SSE_ELIDED_LEN) == 0;
+}
+
 void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
               ha_json_val piece, ha_json_val item_id, const char *path)
 {
     ha_stream *st = c->st;
+    if (ev_elided(c, piece)) {
+        ev_warn(c, HA_WARN_DELTA_ELIDED, path); /* this piece is lost */
+        return;
+    }
     if (!ev_is_kind(c, piece, HA_JSON_STRING, path) || piece.end - piece.start == 2 || c->full)
         return;
     size_t start = st->out.text_len, start_chars = st->out.text_chars;
@@ -258,7 +270,9 @@ void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
 
 void ev_text_opt(ev_ctx *c, ha_json_val v, int64_t *span, const char *path)
 {
-    if (ev_is_kind(c, v, HA_JSON_STRING, path))
+    if (ev_elided(c, v))
+        ev_warn(c, HA_WARN_ELIDED, path); /* absent: the deltas carried it */
+    else if (ev_is_kind(c, v, HA_JSON_STRING, path))
         ev_text(c, v, span);
 }
 

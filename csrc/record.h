@@ -27,6 +27,7 @@ typedef struct {
     const ha_json_tape *tape; /* of the event's JSON, once parsed */
     int key_escapes;    /* some key of the event's JSON holds an escape */
     int full;           /* something did not fit: roll back */
+    int elided;         /* the framer elided long strings (sse.h) */
     long raw_base;      /* where the event data was copied to raw, or -1 */
     /* META to remember on commit */
     int meta_set;

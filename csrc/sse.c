@@ -20,6 +20,11 @@ enum {
     ST_IGNORE       /* a comment, or a line of a skipped event */
 };
 
+/* Where the string elider is in the event's JSON. Nesting does not matter:
+ * only strings are elided, and a quote not escaped always opens or closes
+ * one, so five states see every string through escapes and split reads. */
+enum { EL_OUT, EL_STRING, EL_STRING_ESCAPE, EL_SKIP, EL_SKIP_ESCAPE };
+
 /* What the field in progress is. */
 enum { K_DATA, K_EVENT, K_ID, K_RETRY, K_OTHER };
 
@@ -112,6 +117,11 @@ void ha_sse_init(ha_sse *s, uint8_t *buf, size_t cap)
     s->retry_ms = -1;
 }
 
+void ha_sse_elide(ha_sse *s, int on)
+{
+    s->elide = on;
+}
+
 int64_t ha_sse_retry(const ha_sse *s)
 {
     return s->retry_ms;
@@ -126,20 +136,102 @@ static void reset_event(ha_sse *s)
     s->has_data = 0;
     s->overflow = 0;
     s->name_len = 0;
+    s->eliding = 0;
+    s->elide_state = EL_OUT;
+    s->elided = 0;
+}
+
+/* One byte to data_len, counted even past the buffer: a string's content
+ * past it may still be elided; anything else there is an overflow. */
+static void elide_put(ha_sse *s, uint8_t b)
+{
+    if (s->data_len < s->cap)
+        s->buf[s->data_len] = b;
+    s->data_len++;
+}
+
+static void elide_keep(ha_sse *s, uint8_t b)
+{
+    elide_put(s, b);
+    if (s->data_len > s->cap)
+        s->overflow = 1;
+}
+
+/* Data through the elider: a string whose content passes ELIDE_AFTER bytes
+ * is rolled back to its opening quote and gets the ELIDED content; the rest
+ * of it is skipped up to its closing quote. Writes never pass the byte
+ * being read (the marker is shorter than what it replaces), so the buffered
+ * data can be elided in place. */
+static void elide_bytes(ha_sse *s, const uint8_t *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n && !s->overflow; i++) {
+        uint8_t b = p[i];
+        switch (s->elide_state) {
+        case EL_OUT:
+            elide_keep(s, b);
+            if (b == '"') {
+                s->elide_state = EL_STRING;
+                s->elide_start = s->data_len;
+            }
+            break;
+        case EL_STRING:
+        case EL_STRING_ESCAPE:
+            if (s->elide_state == EL_STRING && b == '"') {
+                elide_keep(s, b);
+                s->elide_state = EL_OUT;
+                break;
+            }
+            s->elide_state = s->elide_state == EL_STRING && b == '\\'
+                                 ? EL_STRING_ESCAPE : EL_STRING;
+            elide_put(s, b);
+            if (s->data_len - s->elide_start > HA_SSE_ELIDE_AFTER) {
+                s->data_len = s->elide_start;
+                memcpy(s->buf + s->data_len, HA_SSE_ELIDED, HA_SSE_ELIDED_LEN);
+                s->data_len += HA_SSE_ELIDED_LEN;
+                s->elided++;
+                s->elide_state = s->elide_state == EL_STRING_ESCAPE ? EL_SKIP_ESCAPE
+                                                                    : EL_SKIP;
+            }
+            break;
+        case EL_SKIP:
+            if (b == '\\') {
+                s->elide_state = EL_SKIP_ESCAPE;
+            } else if (b == '"') {
+                elide_keep(s, b);
+                s->elide_state = EL_OUT;
+            }
+            break;
+        default: /* EL_SKIP_ESCAPE */
+            s->elide_state = EL_SKIP;
+            break;
+        }
+    }
 }
 
 static void append_data(ha_sse *s, const uint8_t *p, size_t n)
 {
-    if (!s->overflow && n <= s->cap - s->data_len) {
+    if (!s->overflow && !s->eliding && n <= s->cap - s->data_len) {
         if (n > 0)
             memcpy(s->buf + s->data_len, p, n);
         s->data_len += n;
         s->event_size = s->data_len;
         return;
     }
+    s->event_size = add_sat(s->event_size, n);
+    if (!s->overflow && s->elide) {
+        if (!s->eliding) {
+            /* the first overflow: elide what is buffered, from the start */
+            size_t held = s->data_len;
+            s->eliding = 1;
+            s->data_len = 0;
+            elide_bytes(s, s->buf, held);
+        }
+        elide_bytes(s, p, n);
+        return;
+    }
     /* Past the buffer: only count, the report waits for the line end. */
     s->overflow = 1;
-    s->event_size = add_sat(s->event_size, n);
 }
 
 static int field_is(const ha_sse *s, const char *name, size_t n)
@@ -217,6 +309,7 @@ static void report_base(const ha_sse *s, ha_sse_event *ev)
     ev->id = s->id;
     ev->id_len = s->id_len;
     ev->has_id = s->has_id;
+    ev->elided = 0;
     ev->size = 0;
 }
 
@@ -225,6 +318,8 @@ static ha_sse_status end_field(ha_sse *s, ha_sse_event *ev)
 {
     switch (s->field_kind) {
     case K_DATA:
+        if (s->data_len > s->cap) /* a string past the buffer, not elided */
+            s->overflow = 1;
         if (!s->overflow)
             return HA_SSE_NEED_INPUT;
         report_base(s, ev);
@@ -286,6 +381,7 @@ static ha_sse_status blank_line(ha_sse *s, ha_sse_event *ev)
     ev->data = s->buf;
     ev->data_len = s->data_len;
     ev->name_len = s->name_len;
+    ev->elided = s->elided;
     reset_event(s);
     return HA_SSE_EVENT;
 }

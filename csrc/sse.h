@@ -10,6 +10,13 @@
  *    end of the line that no longer fits (so its size does not depend on
  *    how reads were split); the rest of that event is skipped up to its
  *    blank line and framing resumes with the next event.
+ *  - with eliding on (ha_sse_elide, the JSON protocols): data that would
+ *    overflow the buffer is kept framing instead, every JSON string of the
+ *    event whose content passes HA_SSE_ELIDE_AFTER bytes replaced by the
+ *    content HA_SSE_ELIDED, so the event stays strict JSON within the
+ *    buffer and its small fields (ids, status, usage) still arrive;
+ *    ev->elided counts the strings so replaced. Only when the event is too
+ *    large even so is it HA_SSE_ERR_EVENT_TOO_LARGE, as above.
  *  - an `event` value over HA_SSE_NAME_MAX: HA_SSE_ERR_NAME_TOO_LONG, event
  *    skipped the same way.
  *  - an `id` value over HA_SSE_ID_MAX: HA_SSE_ERR_ID_TOO_LONG, the field is
@@ -33,6 +40,12 @@
 #define HA_SSE_ID_MAX 256u      /* longest `id` value kept */
 #define HA_SSE_FIELD_MAX 32u    /* longest unknown field name reported */
 #define HA_SSE_PREVIEW_MAX 256u /* bytes of an unknown field's value reported */
+#define HA_SSE_ELIDE_AFTER 1024u /* string content kept in an oversize event */
+/* The content an elided string gets (raw JSON, 6 bytes): U+0000, which no
+ * provider sends in a field the extractors read. Meaningful only in an event
+ * whose elided count is not zero. */
+#define HA_SSE_ELIDED "\\u0000"
+#define HA_SSE_ELIDED_LEN 6u
 
 typedef enum {
     HA_SSE_NEED_INPUT = 0,      /* the read is consumed; nothing to report */
@@ -61,6 +74,7 @@ typedef struct {
                                              (at most FIELD_MAX bytes) */
     const uint8_t *id; size_t id_len;     /* HA_SSE_EVENT: last event id */
     int has_id;                           /* an id field has been accepted */
+    size_t elided;                        /* HA_SSE_EVENT: strings elided */
     size_t size; /* ERR_EVENT_TOO_LARGE: the event's data length (joining
                     LFs included) at the end of the line that overflowed;
                     ERR_NAME_TOO_LONG / ERR_ID_TOO_LONG: value length seen;
@@ -80,6 +94,12 @@ typedef struct {
     int has_data;       /* a data field has been seen since the last dispatch */
     int overflow;       /* the data line in progress no longer fits */
     int skipping;       /* event too large: ignore lines up to its blank line */
+    int elide;          /* elide long strings of an oversize event */
+    int eliding;        /* this event overflowed: its data goes through the
+                           string elider */
+    int elide_state;    /* where the elider is in the JSON */
+    size_t elide_start; /* buffer offset of the current string's content */
+    size_t elided;      /* strings of this event elided */
     uint8_t field[HA_SSE_FIELD_MAX];
     size_t field_len;   /* full field name length (saturating) */
     int field_kind;
@@ -102,6 +122,10 @@ typedef struct {
 /* Start a stream with a caller-owned buffer of cap bytes (>= MIN_CAPACITY).
  * The buffer bounds one event's data, the LFs that join its lines included. */
 void ha_sse_init(ha_sse *s, uint8_t *buf, size_t cap);
+
+/* Elide long strings of oversize events (for JSON data) instead of
+ * dropping them. Off after ha_sse_init. */
+void ha_sse_elide(ha_sse *s, int on);
 
 /* Frame bytes in[*pos .. len). Returns as soon as there is something to
  * report (filling *ev) or when the input is used up (HA_SSE_NEED_INPUT);

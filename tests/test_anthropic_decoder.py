@@ -1216,8 +1216,16 @@ def check_framing(events, msg):
     assert msg.text == "before after"
 
 
+def check_delta_elided(events, msg):
+    assert not of(events, FramingError)
+    assert [(w.code, w.detail) for w in of(events, DecodeWarning)] == [
+        (WarningCode.DELTA_ELIDED, "delta.text")]
+    assert msg.text == "before after" and msg.dropped_events == {"delta_elided": 1}
+
+
 X = "x"
 HUGE = text(0, "y" * 5000)
+HUGE_STRUCTURE = {**text(0, "y"), "pad": ["y"] * 2000}  # nothing to elide
 
 # (id, odd events, check[, decoder kwargs])
 CASES = [
@@ -1301,7 +1309,8 @@ CASES = [
                         b'"index":0,"delta":{"type":"text_delta","text":"\\ud800"}}\n\n'],
      check_lone_surrogate),
     ("unknown-sse-field", [b"retry-after: 5\n\n"], check_unknown_sse_field),
-    ("event-too-large", [HUGE], check_framing, {"buffer_size": 4096}),
+    ("delta-over-the-buffer", [HUGE], check_delta_elided, {"buffer_size": 4096}),
+    ("event-too-large", [HUGE_STRUCTURE], check_framing, {"buffer_size": 4096}),
     # --- what the decoder reports ---
     ("delta-unknown-block-text", [text(1, "x"), stop(1)],
      implicit("text_delta for block 1, never started: made a text", lambda p: p == TextPart("x"))),

@@ -1217,8 +1217,20 @@ def test_text_replaced_utf8(raw_text, shown):
     assert dec.message.text == "a" + shown + "b"
 
 
-def test_event_too_large_is_dropped_and_decoding_goes_on():
+def test_delta_over_the_buffer_is_elided_and_counted():
+    """A content delta longer than the buffer cannot be kept: it is elided,
+    warned and counted as damage; the chunk's other fields and the rest of the
+    stream arrive."""
     big = chunk({"content": "x" * 5000})
+    m, events = middle(big, buffer_size=4096)
+    assert not of(events, FramingError)
+    [w] = [e for e in events if isinstance(e, DecodeWarning)]
+    assert w.code is WarningCode.DELTA_ELIDED and w.detail == "choices[].delta.content"
+    assert m.text == "ab" and m.dropped_events == {"delta_elided": 1}
+
+
+def test_event_too_large_is_dropped_and_decoding_goes_on():
+    big = chunk({"content": "x", "pad": ["x"] * 2000})
     m, events = middle(big, buffer_size=4096)
     [f] = of(events, FramingError)
     assert f.code is FramingErrorCode.EVENT_TOO_LARGE and f.size > 4096

@@ -1437,12 +1437,23 @@ def test_required_member_absent_warns(case, null):
     assert msg == clean
 
 
-def test_event_too_large_is_dropped_and_done_restores_arguments():
-    """An argument delta event larger than the SSE buffer: FramingError, the
-    event is skipped, output_item.done restores the exact string (mismatch
-    warned)."""
+def test_event_over_the_buffer_keeps_its_small_fields():
+    """An argument delta padded past the SSE buffer by a long `obfuscation`:
+    the padding is elided, the delta itself arrives, nothing is warned."""
     items = [call_item(0, 1, "f", ['{"blob":', '"abc"', "}"])]
     items[0].events[2]["obfuscation"] = "P" * 5000  # the API pads deltas with it
+    events = head() + items[0].events + [_completed()]
+    msg, out = ours(body_of(events), buffer_size=4096)
+    assert not [e for e in out if isinstance(e, (FramingError, DecodeWarning))]
+    assert msg.tool_calls[0].parsed == {"blob": "abc"} and not msg.dropped_events
+
+
+def test_event_too_large_is_dropped_and_done_restores_arguments():
+    """An argument delta whose structure alone (short strings, nothing to
+    elide) is larger than the SSE buffer: FramingError, the event is skipped,
+    output_item.done restores the exact string (mismatch warned)."""
+    items = [call_item(0, 1, "f", ['{"blob":', '"abc"', "}"])]
+    items[0].events[2]["obfuscation"] = ["P"] * 2000
     events = head() + items[0].events + [_completed()]
     msg, out = ours(body_of(events), buffer_size=4096)
     assert [e.code for e in out if isinstance(e, FramingError)] == [
@@ -1504,3 +1515,51 @@ def test_never_raises_on_random_garbage_between_events():
         assert sum(isinstance(e, (ev.MessageFinished, MessageIncomplete)) for e in out) == 1
         assert all(isinstance(p, (TextPart, ThinkingPart, ToolCall, OtherPart))
                    for p in msg.parts)
+
+
+MIB = 1 << 20
+
+
+def _big_stream(item: Item) -> bytes:
+    """A stream whose done events repeat a 1 MiB answer or argument, each far
+    over the 64 KiB buffer."""
+    final = response_obj("completed", usage=usage_obj())
+    final["output"] = [item.final]
+    return body_of(head() + item.events + [{"type": "response.completed", "response": final}])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_mib_answer_keeps_usage_and_finish(seed):
+    """1 MiB of text: output_text.done, output_item.done and
+    response.completed outgrow the buffer; their long strings are elided, so
+    usage and the finish arrive, whatever the read sizes."""
+    text = "".join(random.Random(seed).choice("ab\"\\\u00e9 ") for _ in range(MIB))
+    deltas = [text[i:i + 997] for i in range(0, len(text), 997)]
+    body = _big_stream(message_item(0, 1, [("output_text", deltas)]))
+    dec = OpenAIResponsesDecoder()
+    out = feed_split(dec, body, sorted(random.Random(seed).sample(range(1, len(body)), 300)))
+    msg = dec.message
+    assert not [e for e in out if isinstance(e, (FramingError, ev.MessageIncomplete))]
+    assert msg.text == text and msg.finish_reason is FinishReason.STOP
+    assert msg.usage is not None and msg.usage.output_tokens == usage_obj()["output_tokens"]
+    assert not msg.dropped_events
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_mib_tool_argument_completes(seed):
+    """A 1 MiB argument (the cap raised to 2 MiB): the done item's arguments
+    are elided and read as absent, so the call completes from its deltas,
+    unmarked, and parses."""
+    args = json.dumps({"blob": "x\"y\\" * (MIB // 4)})
+    deltas = [args[i:i + 1000] for i in range(0, len(args), 1000)]
+    body = _big_stream(call_item(0, 1, "save", deltas))
+    dec = OpenAIResponsesDecoder(max_arguments=2 * MIB)
+    out = feed_split(dec, body, sorted(random.Random(seed).sample(range(1, len(body)), 300)))
+    msg = dec.message
+    assert not [e for e in out if isinstance(e, (FramingError, ev.MessageIncomplete))]
+    assert [w.detail for w in warnings_of(out)] == ["item.arguments"]  # ELIDED, the deltas kept it
+    [call] = msg.tool_calls
+    assert call.complete and call.error is None and call.arguments == args
+    assert call.parsed == json.loads(args) and call.name == "save"
+    assert msg.finish_reason is FinishReason.TOOL_CALLS and msg.usage is not None
+    assert not msg.dropped_events

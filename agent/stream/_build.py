@@ -44,7 +44,8 @@ typedef enum { HA_FINISH_STOP, HA_FINISH_COMPLETED, HA_FINISH_INCOMPLETE,
                HA_FINISH_FAILED, ... } ha_finish_status;
 typedef enum { HA_WARN_BAD_JSON, HA_WARN_NOT_OBJECT, HA_WARN_UNKNOWN_EVENT,
                HA_WARN_UNKNOWN_DELTA, HA_WARN_FIELD_TYPE, HA_WARN_REPLACED_UTF8,
-               HA_WARN_MISSING_FIELD, ... } ha_warning;
+               HA_WARN_MISSING_FIELD, HA_WARN_ELIDED, HA_WARN_DELTA_ELIDED,
+               ... } ha_warning;
 typedef enum { HA_ERR_EVENT_TOO_LARGE, HA_ERR_NAME_TOO_LONG, HA_ERR_ID_TOO_LONG,
                HA_ERR_OUTPUT_TOO_LARGE, ... } ha_framing_error;
 typedef enum { HA_REC_SSE_EVENT, HA_REC_TEXT, HA_REC_REASONING, HA_REC_REFUSAL,

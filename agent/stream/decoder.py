@@ -82,8 +82,10 @@ class StreamClosedError(RuntimeError):
 class StreamDecoder:
     """Decode one HTTP response body of the given protocol.
 
-    buffer_size bounds one SSE event's data (default 64 KiB); an event over
-    it becomes a FramingError and decoding goes on with the next event.
+    buffer_size bounds one SSE event's data (default 64 KiB); an event of
+    JSON over it keeps its small fields, its long strings elided (sse.h); one
+    too large even so becomes a FramingError and decoding goes on with the
+    next event.
     Memory is allocated here, once; feeding allocates nothing in C.
     """
 

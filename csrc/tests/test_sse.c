@@ -735,6 +735,60 @@ static void test_big_event(check_counts *c)
     free(in);
 }
 
+/* Eliding on: the data of an event over the buffer, split in two at every
+ * position, or NULL when it was too large even so. */
+static int elided_every_split(const char *in, size_t cap, const char *want)
+{
+    size_t len = strlen(in), cut;
+    uint8_t buf[4096];
+    int ok = 1;
+    for (cut = 0; cut <= len; cut++) {
+        ha_sse s;
+        ha_sse_event ev;
+        size_t pos = 0, part;
+        int got = 0;
+        ha_sse_init(&s, buf, cap);
+        ha_sse_elide(&s, 1);
+        for (part = 0; part < 2; part++) {
+            size_t end = part == 0 ? cut : len;
+            const uint8_t *p = (const uint8_t *)in + (part == 0 ? 0 : cut);
+            pos = 0;
+            for (;;) {
+                ha_sse_status st = ha_sse_next(&s, p, end - (part == 0 ? 0 : cut), &pos, &ev);
+                if (st == HA_SSE_NEED_INPUT)
+                    break;
+                if (st == HA_SSE_EVENT && !got)
+                    got = want != NULL && ev.data_len == strlen(want) &&
+                          memcmp(ev.data, want, ev.data_len) == 0 && ev.elided > 0;
+                else if (st == HA_SSE_ERR_EVENT_TOO_LARGE && !got)
+                    got = want == NULL;
+            }
+        }
+        ok &= got;
+    }
+    return ok;
+}
+
+static void test_elide(check_counts *c)
+{
+    /* long strings (escapes and quotes inside) elided, short ones kept */
+    char in[3000], want[200];
+    char longs[1200];
+    memset(longs, 'q', sizeof longs - 1);
+    longs[sizeof longs - 1] = 0;
+    longs[10] = '\\';
+    longs[11] = '"';
+    snprintf(in, sizeof in, "data: {\"id\":\"a\\\"1\",\"t\":\"%s\",\"u\":[1,\"x\"]}\n\n", longs);
+    snprintf(want, sizeof want, "{\"id\":\"a\\\"1\",\"t\":\"%s\",\"u\":[1,\"x\"]}",
+             HA_SSE_ELIDED);
+    CHECK(c, elided_every_split(in, 64, want));
+    /* an event that fits is never elided */
+    CHECK(c, !elided_every_split(in, 2048, want));
+    /* nothing long to elide: too large as without eliding */
+    CHECK(c, elided_every_split("data: [\"aaaa\",\"bbbb\",\"cccc\",\"dddd\",\"eeee\"]\n\n", 16,
+                                NULL));
+}
+
 int main(int argc, char **argv)
 {
     check_counts c = {0, 0};
@@ -758,5 +812,6 @@ int main(int argc, char **argv)
     test_api(&c);
     test_many_events(&c);
     test_big_event(&c);
+    test_elide(&c);
     return check_summary(&c);
 }

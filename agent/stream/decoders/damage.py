@@ -33,6 +33,8 @@ _WHAT = {
     WarningCode.FIELD_TYPE: "a field of the wrong type was dropped",
     WarningCode.REPLACED_UTF8: "invalid UTF-8 or a lone surrogate was replaced by U+FFFD",
     WarningCode.MISSING_FIELD: "a field the event needs is missing or null",
+    WarningCode.ELIDED: "a long string of an event over the stream buffer was not kept",
+    WarningCode.DELTA_ELIDED: "a delta in an event over the stream buffer was not kept",
     WarningCode.UNKNOWN_BLOCK: "a delta or stop for a block or item never started",
     WarningCode.UNKNOWN_ITEM_TYPE: "a block or item of an unknown type, carried through",
     WarningCode.TOOL_ID_CONFLICT: "a tool call's id changed; the first was kept",
@@ -48,7 +50,8 @@ _FRAMING_WHAT = {
 }
 # The core's warnings that cost a whole event (a decoder's own BAD_JSON, such
 # as a citation that did not parse, has no json_status and costs one part).
-_DROPPING_WARNINGS = frozenset({WarningCode.BAD_JSON, WarningCode.NOT_OBJECT})
+_DROPPING_WARNINGS = frozenset({WarningCode.BAD_JSON, WarningCode.NOT_OBJECT,
+                                WarningCode.DELTA_ELIDED})
 
 
 def dropped_code(event: object) -> str | None:
