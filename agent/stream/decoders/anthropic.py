@@ -140,8 +140,8 @@ class AnthropicDecoder(ProviderDecoder):
             elif kind is rec.StreamEnd:
                 self._ended = True
                 self._complete_calls(out, truncated=self._stop_reason == "max_tokens")
-            else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
-                append(e)
+            else:
+                self._pass_through(e, out)
 
     # ---- blocks ----
 

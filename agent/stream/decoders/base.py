@@ -148,14 +148,17 @@ class ProviderDecoder:
     def feed(self, data: bytes) -> list:
         out: list = []
         self._handle(self._core.feed(data), out)
-        self._count_dropped(out)
         return out
 
-    def _count_dropped(self, out: list) -> None:
-        for event in out:
-            code = dropped_code(event)
-            if code is not None:
-                self.dropped_events[code] = self.dropped_events.get(code, 0) + 1
+    def _pass_through(self, event, out: list) -> None:
+        """A core event that means the same for every protocol (ProviderError,
+        DecodeWarning, FramingError, Truncated, UnknownField), counted when it
+        stands for an event dropped whole. Counted here, on the rare branch,
+        rather than by a walk over every feed's output."""
+        code = dropped_code(event)
+        if code is not None:
+            self.dropped_events[code] = self.dropped_events.get(code, 0) + 1
+        out.append(event)
 
     def close(self) -> list:
         """End of body: pending events, then what was left unfinished."""
@@ -164,7 +167,6 @@ class ProviderDecoder:
         self._closed = True
         out: list = []
         self._handle(self._core.close(), out)
-        self._count_dropped(out)
         if not self._ended:
             self._truncate(out)
             out.append(MessageIncomplete(f"the stream ended without {self.END}"))

@@ -107,8 +107,8 @@ class OpenAIChatDecoder(ProviderDecoder):
                 for index, choice in sorted(self._choices.items()):
                     for call in choice.calls:
                         self._done(call, out, index)
-            else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
-                append(e)
+            else:
+                self._pass_through(e, out)
 
     def _start(self, e: rec.ToolCallStart, out: list) -> None:
         choice = self._choice(e.index)

@@ -225,8 +225,8 @@ class OpenAIResponsesDecoder(ProviderDecoder):
             elif kind is rec.Meta:
                 self._id = e.id if e.id is not None else self._id
                 self._model = e.model if e.model is not None else self._model
-            else:  # ProviderError, DecodeWarning, FramingError, Truncated, UnknownField
-                append(e)
+            else:
+                self._pass_through(e, out)
 
     def _start(self, e: rec.BlockStart, out: list) -> None:
         kind = e.kind if e.kind is not ItemKind.REDACTED_THINKING else _THINKING
