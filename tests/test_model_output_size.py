@@ -5,6 +5,8 @@ format. The daemon's peak RSS (VmHWM in /proc) stays under the unit's
 MemoryHigh; the call is not run, its arguments are neither echoed in the
 tool_call reply, sent back upstream nor stored. (Measured on the host: a
 peak of about 36 MiB, where 53 -> 175 MB was reported before the limit.)
+So for a plain-text answer of 200 MB from a hostile server on loopback
+(tests/hostile.py): the stream is closed at sessions.max_answer_bytes.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.decoders.events import ToolCallDone
 from agent.stream.message import ArgumentsError
 from conftest import EMULATED, timeout
-from daemon_harness import Daemon, command_device
+from daemon_harness import Daemon, ask_text, command_device
 from helpers import of_type
+from hostile import Hostile
 
 SIZE = 10 * 1000 * 1000
 SCHEMA = {"type": "object", "properties": {"channel": {"type": "integer"}}}
@@ -88,6 +91,36 @@ def test_a_10_mb_tool_argument_is_not_held_echoed_or_stored(big, mock, protocol)
     assert all(len(json.dumps(reply)) < 4096 for reply in replies)
     # Sent back upstream without them.
     assert all(len(json.dumps(request["body"])) < 65536 for request in mock.requests())
+
+
+def test_a_200_mb_text_answer_is_closed_at_max_answer_bytes_in_bounded_memory(tmp_path, mock):
+    hostile = Hostile()
+    try:
+        providers = {"flood": {"base_url": hostile.base_url("endless-text"), "retries": 0}}
+        daemon = Daemon(tmp_path, mock.url, providers=providers).start()
+        try:
+            with daemon.client(wait=timeout(60)) as client:
+                text, replies = ask_text(client, "talk", provider="flood", session="flood")
+                peak = peak_rss_kib(daemon)
+                after, normal = ask_text(client, "hello")
+            assert normal[-1]["type"] == "done" and after, normal
+        finally:
+            assert daemon.stop() == 0, daemon.log()
+    finally:
+        hostile.close()
+    limit = 1 << 20  # sessions.max_answer_bytes by default
+    sent = hostile.sent["endless-text"]
+    print(f"a 200 MB text answer: closed after {sent} bytes were sent; the daemon's peak "
+          f"RSS {peak} KiB (MemoryHigh {memory_high_kib()} KiB)")
+    if not EMULATED:
+        assert peak < memory_high_kib()
+    error = replies[-1]
+    assert error["type"] == "error" and error["code"] == "answer_too_large", error
+    # What the deltas carried, up to the limit; the server was stopped long
+    # before its 200 MB (the rest is what the sockets' buffers held).
+    assert limit - 65536 < len(text) <= limit and error["text"].startswith(text)
+    assert sent < 50 * 1000 * 1000
+    assert not (daemon.dir / "state" / "sessions" / "flood.json").exists()
 
 
 @pytest.mark.parametrize("decoder,fmt", [

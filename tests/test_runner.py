@@ -15,7 +15,7 @@ import pytest
 from agent.api import replies
 from agent.api.replies import ErrorCode
 from agent.providers.requests import Provider
-from agent.session.runner import Runner, Upstream
+from agent.session.runner import AskLimits, Runner, Upstream
 from agent.session.store import SessionStore
 
 PROVIDER = Provider("mock", "openai-chat", "http://mock.invalid/v1", "mock-1")
@@ -47,10 +47,12 @@ def sse(*reads: bytes) -> httpx.Response:
     return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Body(reads))
 
 
-def runner_for(tmp_path, respond) -> tuple[Runner, httpx.AsyncClient]:
+def runner_for(tmp_path, respond, max_bytes: int = 1 << 20,
+               limits: AskLimits = AskLimits()) -> tuple[Runner, httpx.AsyncClient]:
     client = httpx.AsyncClient(transport=httpx.MockTransport(respond))
-    store = SessionStore(str(tmp_path / "sessions"), max_turns=100, max_bytes=1 << 20)
-    return Runner(store, client, {"mock": Upstream(PROVIDER, retries=0)}, "mock", None), client
+    store = SessionStore(str(tmp_path / "sessions"), max_turns=100, max_bytes=max_bytes)
+    return Runner(store, client, {"mock": Upstream(PROVIDER, retries=0)}, "mock", None,
+                  ask_limits=limits), client
 
 
 async def ask(runner: Runner, prompt: str = "Hi", session: str | None = "kitchen",
@@ -98,3 +100,64 @@ async def test_failures_are_error_replies(tmp_path):
         *_, cut = await ask(runner, "cut")
         assert (cut.code, cut.text) == (ErrorCode.INTERRUPTED, "Half")
         assert await runner.history("kitchen") == []  # nothing failed is kept
+
+
+class Endless(httpx.AsyncByteStream):
+    """A body that never ends: the same read again and again, until the
+    response is closed."""
+
+    def __init__(self, read: bytes) -> None:
+        self.read = read
+        self.reads = 0
+        self.closed = False
+
+    async def __aiter__(self):
+        while not self.closed:
+            self.reads += 1
+            yield self.read
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.trio
+async def test_an_answer_past_max_answer_bytes_is_closed_there_and_named(tmp_path):
+    # Reasoning and text both count, in UTF-8 bytes: "é" is 2.
+    body = Endless(chunk({"reasoning_content": "hmm "}) + chunk({"content": "é" * 50}))
+    runner, client = runner_for(tmp_path, lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=body),
+        limits=AskLimits(answer_bytes=4096))
+    async with client:
+        got = await ask(runner)
+    assert body.closed and body.reads < 100
+    *streamed, error = got
+    assert error.code is ErrorCode.ANSWER_TOO_LARGE
+    assert error.message == ("mock: the answer passed the limit of 4096 bytes of text; the "
+                             "stream was closed there (sessions.max_answer_bytes); not kept "
+                             "in the history")
+    deltas = "".join(r.text for r in streamed if isinstance(r, replies.Delta))
+    reasoning = "".join(r.text for r in streamed if isinstance(r, replies.Reasoning))
+    # Nothing past the limit was forwarded; the text says what arrived.
+    assert len(deltas.encode()) + len(reasoning.encode()) <= 4096
+    assert len(deltas.encode()) + len(reasoning.encode()) > 4096 - 100
+    assert error.text.startswith(deltas) and len(error.text.encode()) <= 4096 + 100
+    assert await runner.history("kitchen") == []
+
+
+@pytest.mark.trio
+async def test_an_exchange_too_large_to_keep_is_done_with_kept_false_and_history_as_before(
+        tmp_path):
+    def respond(request: httpx.Request) -> httpx.Response:
+        if b"long" in request.content:
+            return sse(chunk({"content": "x" * 5000}, "stop") + b"data: [DONE]\n\n")
+        return sse(*ANSWER)
+
+    runner, client = runner_for(tmp_path, respond, max_bytes=4096)
+    async with client:
+        await ask(runner)
+        before = await runner.history("kitchen")
+        *_, done = await ask(runner, "say it long")
+    assert isinstance(done, replies.Done) and done.text == "x" * 5000
+    assert done.kept is False and done.error["code"] == "too_large_to_keep"
+    assert "over sessions.max_bytes (4096)" in done.error["message"]
+    assert await runner.history("kitchen") == before

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.session.codec import turn_from_json, turn_summary, turn_to_json
-from agent.session.store import SessionStore, StorageError
+from agent.session.store import SessionStore, StorageError, TooLargeToKeep
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall, parse_arguments)
@@ -310,7 +310,8 @@ def test_exchanges_are_never_split(tmp_path):
 
 
 def test_newest_exchange_keeps_its_prompt_and_last_step_when_oversized(tmp_path):
-    store = open_store(tmp_path, max_turns=1, max_bytes=10)
+    # 250 bytes: room for a prompt and an answer, not for a tool step too
+    store = open_store(tmp_path, max_turns=1, max_bytes=250)
     assert store.commit("s", exchange(1)) == []
     assert store.load("s") == [exchange(1)[0], exchange(1)[3]]
     assert store.commit("s", exchange(2)) == [exchange(1)[0], exchange(1)[3]]
@@ -497,8 +498,19 @@ def test_max_bytes_holds_for_the_newest_exchange_too(tmp_path):
     assert open_store(tmp_path).load("big") == store.load("big")
 
 
-def test_an_exchange_of_one_step_over_max_bytes_is_kept_whole(tmp_path):
+def test_an_exchange_over_max_bytes_even_trimmed_is_not_kept_and_changes_nothing(tmp_path):
     store = open_store(tmp_path, max_bytes=4096)
-    exchange = [UserTurn("say it"), *tool_step("c1", 5000)]
-    store.commit("one", exchange)
-    assert store.load("one") == exchange  # its prompt and its last step always stay
+    before = [UserTurn("an old one"), AssistantTurn(Message(parts=[TextPart("ok")]))]
+    store.commit("one", before)
+    path = tmp_path / "sessions" / "one.json"
+    on_disk = path.read_bytes()
+    # Trimmed to its prompt and its last step, it is still over 4096 bytes.
+    exchange = [UserTurn("say it"), *tool_step("c1", 3000), *tool_step("c2", 5000)]
+    with pytest.raises(TooLargeToKeep, match=r"the exchange is \d+ bytes even with only its "
+                       r"prompt and its last step, over sessions.max_bytes \(4096\)"):
+        store.commit("one", exchange)
+    assert store.load("one") == before
+    assert path.read_bytes() == on_disk
+    with pytest.raises(TooLargeToKeep):
+        store.commit("new", exchange)
+    assert store.load("new") == [] and not (tmp_path / "sessions" / "new.json").exists()

@@ -49,11 +49,13 @@ class ErrorCode(enum.StrEnum):
     UPSTREAM_UNAVAILABLE = "upstream_unavailable"
     PROVIDER_ERROR = "provider_error"
     INTERRUPTED = "interrupted"
+    ANSWER_TOO_LARGE = "answer_too_large"
     CANCELLED = "cancelled"
     SHUTTING_DOWN = "shutting_down"
     NOT_A_STREAM = "not_a_stream"
     FORGOTTEN = "forgotten"
     STORAGE_ERROR = "storage_error"
+    TOO_LARGE_TO_KEEP = "too_large_to_keep"
     OVERFLOW = "overflow"
     NOT_ALLOWED = "not_allowed"
     INTERNAL_ERROR = "internal_error"
@@ -167,7 +169,8 @@ ABSENT: Any = _Absent()
 @dataclasses.dataclass(frozen=True, slots=True)
 class Error(Reply):
     """An error: a bad request or a failed ask. status (upstream_http),
-    provider_type (provider_error) and text (interrupted) only with their code."""
+    provider_type (provider_error) and text (interrupted, answer_too_large)
+    only with their code."""
     type: ClassVar[str] = "error"
     code: ErrorCode
     message: str

@@ -25,6 +25,10 @@ Answer comes back. The rules:
   ...}, "model not loaded") becomes the Answer's provider_error, a whole
   JSON completion (a server ignoring "stream": true) and anything else are
   refused, by content type, in Answer.refused. So is an empty body.
+- An answer's text, reasoning and refusal together may reach max_text_bytes
+  (UTF-8): the event that passes it is not forwarded, the response is
+  closed, and the Answer says so in too_large, holding what had arrived.
+  A model cannot make the daemon hold an answer of any size.
 - The API key is masked in the raw bytes and details of warnings before
   they are passed on: a server may echo the request back.
 - Cancelling the caller closes the response (and its connection) at once;
@@ -111,10 +115,13 @@ class Answer:
     interrupted: str | None = None                   # why the body stopped early, if it did
     provider_error: rec.ProviderError | None = None  # the first error event, or an error body
     refused: str | None = None                       # why a 2xx body was not decoded
+    too_large: str | None = None                     # why the body was closed at max_text_bytes
+    text_bytes: int = 0                              # of text, reasoning and refusal forwarded
 
     @property
     def ok(self) -> bool:
-        return self.incomplete is None and self.provider_error is None and self.refused is None
+        return (self.incomplete is None and self.provider_error is None
+                and self.refused is None and self.too_large is None)
 
 
 class _Retry(Exception):
@@ -123,13 +130,24 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
+class _TooLarge(Exception):
+    """Raised out of the body's read loop at max_text_bytes, which closes the response."""
+
+
+_TEXT_EVENTS = (rec.TextDelta, rec.ReasoningDelta, rec.RefusalDelta)
+
+
 class _Run:
     """One answer across its attempts: the current decoder and what was forwarded."""
 
-    def __init__(self, provider: Provider, on_event, max_tool_arguments: int) -> None:
+    def __init__(self, provider: Provider, on_event, max_tool_arguments: int,
+                 max_text_bytes: int | None) -> None:
         self.provider = provider
         self.on_event = on_event
         self.max_tool_arguments = max_tool_arguments
+        self.max_text_bytes = max_text_bytes
+        self.text_bytes = 0
+        self.too_large: str | None = None
         self.decoder = None
         self.forwarded = False
         self.attempts = 0
@@ -140,6 +158,13 @@ class _Run:
 
     async def emit(self, events: list) -> None:
         for event in events:
+            if type(event) in _TEXT_EVENTS and self.max_text_bytes is not None:
+                text = event.text
+                self.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
+                if self.text_bytes > self.max_text_bytes:
+                    self.too_large = (f"the answer passed the limit of {self.max_text_bytes} "
+                                      "bytes of text; the stream was closed there")
+                    raise _TooLarge
             self.forwarded = True
             if isinstance(event, rec.ProviderError) and self.provider_error is None:
                 self.provider_error = event
@@ -161,6 +186,10 @@ class _Run:
             warning.detail = warning.detail.replace(key, "***")
 
     async def finish(self) -> Answer:
+        if self.too_large is not None:
+            # Closed on purpose: no end-of-stream events, no truncated tool calls.
+            return Answer(self.decoder.message, self.attempts, too_large=self.too_large,
+                          text_bytes=self.text_bytes)
         if self.refused is not None or (self.provider_error is not None and not self.forwarded):
             # Nothing was decoded: no end-of-stream events for a body that was no stream.
             return Answer(self.decoder.message, self.attempts, None, None,
@@ -169,24 +198,27 @@ class _Run:
         await self.emit(closing)
         incomplete = next((e for e in closing if isinstance(e, ev.MessageIncomplete)), None)
         return Answer(self.decoder.message, self.attempts, incomplete, self.interrupted,
-                      self.provider_error)
+                      self.provider_error, text_bytes=self.text_bytes)
 
 
 async def stream_answer(client: httpx.AsyncClient, provider: Provider,
                         conversation: Conversation, tools: list[Tool] | None = None, *,
                         on_event: Callable[[object], Awaitable[None]] | None = None,
                         retries: int = 3, backoff: Backoff = Backoff(),
-                        max_tool_arguments: int = DEFAULT_MAX_ARGUMENTS) -> Answer:
+                        max_tool_arguments: int = DEFAULT_MAX_ARGUMENTS,
+                        max_text_bytes: int | None = None) -> Answer:
     """Stream one answer; see the module docstring for the rules. A tool
     call's arguments past max_tool_arguments bytes are not kept (the call's
-    error is TOO_LARGE)."""
+    error is TOO_LARGE); text past max_text_bytes closes the stream."""
     url, headers, body = build_request(provider, conversation, tools)
     timeout = httpx.Timeout(provider.read_timeout, connect=provider.connect_timeout)
-    run = _Run(provider, on_event, max_tool_arguments)
+    run = _Run(provider, on_event, max_tool_arguments, max_text_bytes)
     with trio.move_on_after(provider.total_timeout) as deadline:
         for attempt in range(retries + 1):
             try:
                 await _attempt(client, run, url, headers, body, timeout)
+                break
+            except _TooLarge:
                 break
             except _Retry as retry:
                 run.last_error = retry.error

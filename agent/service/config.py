@@ -55,7 +55,7 @@ _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_g
                 "max_clients", "max_clients_per_user",
                 "log_level")
 _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
-                 "max_tool_arguments")
+                 "max_tool_arguments", "max_answer_bytes")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
                       "total_timeout": float, "max_tokens": int}
@@ -128,6 +128,7 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_tool_steps = 8      # model requests per ask when tools are called
 # max_tool_calls = 8      # tool calls run of one model response; the rest get error results
 # max_tool_arguments = 65536  # bytes of one call's arguments; a longer call is not run
+# max_answer_bytes = 1048576  # of one ask's text and reasoning; past it the stream is closed
 
 [providers.local]
 protocol = "openai-chat"
@@ -180,7 +181,8 @@ def _sessions(table: Table) -> SessionConfig:
         max_bytes=table.integer("max_bytes", 262144, 4096),
         max_tool_steps=table.integer("max_tool_steps", 8, 1, 64),
         max_tool_calls=table.integer("max_tool_calls", 8, 1, 64),
-        max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20))
+        max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20),
+        max_answer_bytes=table.integer("max_answer_bytes", 1 << 20, 4096, 64 << 20))
 
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:

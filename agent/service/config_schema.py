@@ -42,6 +42,7 @@ class SessionConfig:
     max_tool_steps: int = 8
     max_tool_calls: int = 8
     max_tool_arguments: int = 65536
+    max_answer_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
-from agent.session.runner import Runner, ToolLimits, Upstream
+from agent.session.runner import Runner, AskLimits, Upstream
 from agent.session.store import SessionStore, StorageError
 
 log = logging.getLogger("homeagent.daemon")
@@ -84,10 +84,10 @@ def upstreams_of(config: Config) -> dict[str, Upstream]:
             for name, entry in config.providers.items()}
 
 
-def tool_limits_of(config: Config) -> ToolLimits:
+def ask_limits_of(config: Config) -> AskLimits:
     sessions = config.sessions
-    return ToolLimits(sessions.max_tool_steps, sessions.max_tool_calls,
-                      sessions.max_tool_arguments)
+    return AskLimits(sessions.max_tool_steps, sessions.max_tool_calls,
+                     sessions.max_tool_arguments, sessions.max_answer_bytes)
 
 
 async def _serve(config: Config, environ: Mapping[str, str]) -> None:
@@ -124,7 +124,7 @@ class _Daemon:
         self.devices = DeviceHub(config.devices)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
-                             tool_limits_of(config))
+                             ask_limits_of(config))
         self.client_ceiling = client_ceiling()
         self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
@@ -211,7 +211,7 @@ class _Daemon:
         # The old keys too: an ask still running on one may have it echoed back.
         masking.install(masking.Masker(new.secrets() + old.secrets()))
         self.runner.configure(upstreams_of(new), new.default_provider,
-                              new.sessions.system_prompt, tool_limits_of(new))
+                              new.sessions.system_prompt, ask_limits_of(new))
         self.server.reconfigure(access=Access(new.daemon.allow_users, new.daemon.allow_groups),
                                 limits=self.limits(new.daemon))
         self.store.set_limits(max_turns=new.sessions.max_turns,

@@ -18,7 +18,9 @@ result, and the ask ends with done. One answer runs at most max_tool_calls
 calls; the calls past that get an error result too, so a model cannot make
 the daemon start or hold more than that per request. A call's arguments
 past max_tool_arguments bytes are not kept (the decoder counts and drops
-them), echoed or stored: the call gets an error result. Every bad call
+them), echoed or stored: the call gets an error result. The text,
+reasoning and refusal of all of an ask's steps together stop at
+answer_bytes: the stream is closed and the ask ends with answer_too_large. Every bad call
 (unknown tool, arguments that are not JSON or do not match the schema, a
 device that fails or times out) is an error result for the model, not an
 error of the ask.
@@ -29,7 +31,9 @@ only when the ask ends with done, so a history never holds half an answer.
 A failed, interrupted or cancelled ask commits nothing. When the disk
 refuses the commit (full, read-only, ...), the answer has still arrived
 whole: the ask ends with done, its text and `kept: false` with a
-storage_error saying why, not with an error that would lose the text.
+storage_error saying why, not with an error that would lose the text. So
+does an exchange too large for sessions.max_bytes even trimmed to its
+prompt and last step (too_large_to_keep); the session stays as it was.
 
 Damage: an upstream event the decoder had to drop (not JSON, too large...)
 is a warning as it happens; done counts them in dropped_events, and the
@@ -60,11 +64,13 @@ from agent.providers import (
 )
 from agent.providers.requests import Provider
 from agent.devices.hub import ToolOutcome
-from agent.session.store import StorageError, check_session_id
+from agent.session.store import StorageError, TooLargeToKeep, check_session_id
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders.damage import warning_detail
 from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
+
+DEFAULT_MAX_ANSWER = 1 << 20  # bytes
 from agent.stream.message import Message
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
@@ -74,11 +80,12 @@ Emit = Callable[[replies.Reply], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
-class ToolLimits:
-    """What the model's tool calls may make one ask do ([sessions] config)."""
+class AskLimits:
+    """What the model may make one ask do and hold ([sessions] config)."""
     steps: int = 8             # model requests per ask
     calls_per_answer: int = 8  # calls run of one model response; the rest get error results
     argument_bytes: int = DEFAULT_MAX_ARGUMENTS  # of one call; past it not kept, not run
+    answer_bytes: int = DEFAULT_MAX_ANSWER  # text, reasoning, refusal of every step together
 
 log = logging.getLogger("homeagent.session")
 
@@ -104,21 +111,21 @@ class AskFailed(Exception):
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
                  default_provider: str, system_prompt: str | None, devices=None,
-                 tool_limits: ToolLimits = ToolLimits()) -> None:
+                 ask_limits: AskLimits = AskLimits()) -> None:
         self.store = store
         self.client = client
         self.devices = devices  # a DeviceHub, or None: no tools
-        self.configure(upstreams, default_provider, system_prompt, tool_limits)
+        self.configure(upstreams, default_provider, system_prompt, ask_limits)
         self._session_locks: dict[str, trio.Lock] = {}
         self._store_lock = trio.Lock()  # the store is not thread-safe: one call at a time
 
     def configure(self, upstreams: Mapping[str, Upstream], default_provider: str,
-                  system_prompt: str | None, tool_limits: ToolLimits = ToolLimits()) -> None:
+                  system_prompt: str | None, ask_limits: AskLimits = AskLimits()) -> None:
         """Swap providers, prompt and limits (config reload); asks in flight keep theirs."""
         self.upstreams = dict(upstreams)
         self.default_provider = default_provider
         self.system_prompt = system_prompt
-        self.tool_limits = tool_limits
+        self.ask_limits = ask_limits
 
     async def ask(self, prompt: str, session: str | None, provider_name: str | None,
                   emit: Emit) -> None:
@@ -159,13 +166,16 @@ class Runner:
         exchange: list = [UserTurn(prompt)]
         messages: list[Message] = []
         attempts = 0
-        limits = self.tool_limits
+        text_bytes = 0  # of every step so far, against limits.answer_bytes
+        limits = self.ask_limits
         for step in range(1, limits.steps + 1):
             # The last request may still ask for tools; they are not run.
             answer, outcomes = await self._step(
                 upstream, Conversation(self.system_prompt, [*history, *exchange]), emit,
-                limits, run_tools=step < limits.steps)
+                limits, run_tools=step < limits.steps, earlier=messages,
+                text_budget=limits.answer_bytes - text_bytes)
             attempts += answer.attempts
+            text_bytes += answer.text_bytes
             message = answer.message
             messages.append(message)
             exchange.append(AssistantTurn(message))
@@ -191,12 +201,18 @@ class Runner:
             log.error("session %s: the disk refused the answer: %s", session, exc)
             not_kept = replies.Error(ErrorCode.STORAGE_ERROR,
                                      f"{exc}; the answer was not kept in the history")
+        except TooLargeToKeep as exc:
+            log.warning("session %s: %s", session, exc)
+            not_kept = replies.Error(ErrorCode.TOO_LARGE_TO_KEEP,
+                                     f"{exc}; the answer was not kept in the history")
         await emit(done_reply(session, messages, attempts, not_kept))
 
     async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
-                    limits: ToolLimits, run_tools: bool):
+                    limits: AskLimits, run_tools: bool, earlier: list[Message],
+                    text_budget: int):
         """One model request: its replies streamed, its tool calls run as they
-        complete: the Answer, and the outcome of each call (keyed by id() of the call)."""
+        complete: the Answer, and the outcome of each call (keyed by id() of the call).
+        earlier: the messages of the ask's steps before, whose text a failure carries."""
         provider = upstream.provider
         tools = self.devices.tools() if self.devices else []
         outcomes: dict[int, ToolOutcome] = {}
@@ -233,8 +249,9 @@ class Runner:
             try:
                 answer = await stream_answer(self.client, provider, conversation, tools,
                                              on_event=forward, retries=upstream.retries,
-                                             max_tool_arguments=limits.argument_bytes)
-                failure = _failure(provider.name, answer)
+                                             max_tool_arguments=limits.argument_bytes,
+                                             max_text_bytes=text_budget)
+                failure = _failure(provider.name, answer, earlier)
             except ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
                                                   status=exc.status))
@@ -268,8 +285,9 @@ class Runner:
             return await trio.to_thread.run_sync(call, *args)
 
 
-def _failure(provider: str, answer) -> AskFailed | None:
-    """Why a streamed answer is not an answer, or None when it is one."""
+def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
+    """Why a streamed answer is not an answer, or None when it is one. The
+    text of a cut answer is all its deltas carried, earlier steps' included."""
     if answer.provider_error is not None:
         error = answer.provider_error
         return AskFailed(replies.Error(
@@ -278,12 +296,17 @@ def _failure(provider: str, answer) -> AskFailed | None:
             provider_type=error.type))
     if answer.refused is not None:
         return AskFailed(replies.Error(ErrorCode.NOT_A_STREAM, f"{provider}: {answer.refused}"))
+    text = "".join(m.text for m in (*earlier, answer.message))
+    if answer.too_large is not None:
+        return AskFailed(replies.Error(
+            ErrorCode.ANSWER_TOO_LARGE, f"{provider}: {answer.too_large} "
+            "(sessions.max_answer_bytes); not kept in the history", text=text))
     if not answer.ok:
         why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
                                      else "the stream ended early")
         return AskFailed(replies.Error(
             ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why}); "
-            "not kept in the history", text=answer.message.text))
+            "not kept in the history", text=text))
     return None
 
 

@@ -73,6 +73,11 @@ class StorageError(Exception):
         self.errno = exc.errno
 
 
+class TooLargeToKeep(Exception):
+    """An exchange that alone, trimmed to its prompt and last step, is over
+    max_bytes: not kept, and the session is left as it was."""
+
+
 @dataclass
 class _Session:
     turns: list
@@ -111,7 +116,8 @@ class SessionStore:
 
     def commit(self, session_id: str, new_turns: list) -> list:
         """Append the turns of one finished exchange, trim to the limits and
-        write the file; returns the turns trimmed away, oldest first."""
+        write the file; returns the turns trimmed away, oldest first. Raises
+        TooLargeToKeep, changing nothing, when the exchange cannot fit."""
         old = self._sessions.get(check_session_id(session_id))
         turns = (old.turns if old else []) + list(new_turns)
         # ASCII JSON: a lone surrogate (a client may send "\ud800") still encodes.
@@ -124,6 +130,13 @@ class SessionStore:
         kept = [first + i for i in self._fit_newest(turns[first:], encoded[first:],
                                                      len(head) + len(_TAIL))]
         data = head + _SEPARATOR.join(encoded[i] for i in kept) + _TAIL
+        if len(data) > self.max_bytes:
+            raise TooLargeToKeep(
+                f"the exchange is {len(data)} bytes even with only its prompt and its last "
+                f"step, over sessions.max_bytes ({self.max_bytes}); the session is as before")
+        if len(kept) < len(turns) - first:
+            log.warning("an exchange over max_bytes (%d): %d of its turns, its earliest tool "
+                        "steps, are not kept", self.max_bytes, len(turns) - first - len(kept))
         try:
             self._write(session_id, data)
         except OSError as exc:
@@ -165,9 +178,9 @@ class SessionStore:
     def _fit_newest(self, turns: list, encoded: list[bytes], overhead: int) -> list[int]:
         """Indexes (into turns) of what is kept once older exchanges are
         trimmed. When the newest exchange alone is over max_bytes, its tool
-        steps (an assistant turn and its tool results) go, oldest first: its
-        prompt and its last step always stay, and the turns left still
-        alternate as every provider needs (the prompt, then an answer)."""
+        steps (an assistant turn and its tool results) go, oldest first, down
+        to its prompt and its last step (commit refuses what is still over),
+        so that the turns left alternate as every provider needs."""
         kept = list(range(len(turns)))
 
         def size() -> int:
@@ -182,9 +195,6 @@ class SessionStore:
             if size() - len(_SEPARATOR) <= self.max_bytes:
                 break
             kept = [i for i in kept if not step <= i < following]
-        if len(kept) < len(turns):
-            log.warning("an exchange over max_bytes (%d): %d of its turns, its earliest tool "
-                        "steps, are not kept", self.max_bytes, len(turns) - len(kept))
         return kept
 
     def _read(self, session_id: str) -> None:
