@@ -14,7 +14,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-import trio
 
 from agent.api import replies
 from agent.api.replies import RequestId, encode
@@ -55,9 +54,6 @@ class Bus:
         self.notify_subscribers(reply, origin)
         if self.devices:
             await self.devices.publish(reply, origin)
-        # Every reply of every ask passes here: the writers get a turn even
-        # when an upstream's burst arrives in one read.
-        await trio.lowlevel.checkpoint()
 
     def notify_subscribers(self, reply: replies.Reply,
                            origin: Mapping[str, Any] | None = None) -> None:

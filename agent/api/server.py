@@ -21,9 +21,13 @@ never overflowed.
 - `cancel` names a request of the same connection; other clients' requests
   cannot be reached.
 
-Every reply is encoded (replies.encode) when it is queued: the outbox holds
-lines. The replies of every ask also go to the bus (bus.py): subscribers
-and devices.
+Every reply is encoded (replies.encode) once, when it is sent. A reply
+with nothing queued before it goes straight to the socket when the socket
+takes it, without waking the writer: one streamed token costs one write,
+not a queue round trip and a task switch. Only what the socket does not
+take at once is queued, and then everything after it, so the order holds;
+the outbox holds lines. The replies of every ask also go to the bus
+(bus.py): subscribers and devices.
 """
 
 from __future__ import annotations
@@ -189,9 +193,29 @@ class _Connection:
     ending: replies.Error | None = None  # why the daemon ends it: its last line
     mid_line: bool = False  # a send was cut off inside a line: the client holds half of it
     drained: trio.Event = field(default_factory=trio.Event)  # set when the writer takes replies
+    queued: bool = False  # lines wait in the outbox or in the writer's hands
 
     def send(self, line: bytes) -> None:
-        """Queue an encoded reply without waiting; a full queue ends the connection."""
+        """Send an encoded reply without waiting: straight to the socket when
+        nothing waits before it, else (and whatever the socket did not take)
+        into the outbox; a full outbox ends the connection."""
+        if not self.queued and self.ending is None:
+            sock = getattr(self.stream, "socket", None)
+            # fileno() is -1 once closed: never a write to a descriptor reused since.
+            fd = sock.fileno() if sock is not None else -1
+            if fd >= 0:
+                try:
+                    sent = os.write(fd, line)  # non-blocking: trio's sockets are
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    sent = 0  # gone: the writer's send meets the same error and says so
+                if sent == len(line):
+                    return
+                if sent:
+                    self.mid_line = True
+                    line = line[sent:]
+        self.queued = True
         try:
             self.outbox.send_nowait(line)
         except trio.WouldBlock:
@@ -452,6 +476,8 @@ class ApiServer:
                         break
                 conn.drained.set()
                 await _send_lines(conn, batch)
+                if not conn.inbox.statistics().current_buffer_used:
+                    conn.queued = False  # the next reply may go straight to the socket
         except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError,
                 ConnectionResetError):
             self._gone(conn)
