@@ -31,6 +31,7 @@ from agent.api.protocol import (
     RequestError,
     parse_request,
 )
+from agent import masking
 from agent.api import replies
 from agent.api.replies import PROTOCOL_VERSION, ErrorCode, dump_line, encode
 from agent.lines import Line, LineReader, LineTooLong
@@ -608,3 +609,29 @@ def test_error_codes_are_the_documented_ones():
     for row in table.splitlines()[2:]:
         documented.update(re.findall(r"`([a-z0-9_]+)`", row.split("|")[1]))
     assert documented == {code.value for code in ErrorCode}
+
+
+@pytest.mark.parametrize("reply", [
+    replies.Delta("tok "), replies.Reasoning("hmm"), replies.Started("s", "p", "m"),
+    replies.Error(replies.ErrorCode.INTERRUPTED, "cut", text="ha\ud800lf"),
+    replies.Done("s", "stop", "stop", {"input_tokens": 1}, "all", 1, 1)])
+@pytest.mark.parametrize("request_id", [7, "sub-é", "key sk-secret0123456789abcdef"])
+def test_a_reply_encoded_once_and_readdressed_is_the_line_encoded_for_that_id(
+        reply, request_id):
+    """What the bus sends each subscriber (one encoding for all of them) is
+    byte for byte what encoding the reply for that subscriber's id gives,
+    masked alike."""
+    masking.install(masking.Masker(["sk-secret0123456789abcdef"]))
+    try:
+        origin = {"client": 3, "id": 1, "session": "kitchen"}
+        once = replies.encode(reply, request=origin)
+        line = replies.readdress(once, replies.address_prefix(request_id))
+        expected = replies.encode(reply, request_id, origin)
+        assert json.loads(line) == json.loads(expected)
+        if b"\\ud800" not in once:
+            assert line == expected
+        # else a lone surrogate made the reply's part ASCII with \u escapes,
+        # while the id keeps its UTF-8: the same JSON, other bytes.
+        assert b"sk-secret" not in line
+    finally:
+        masking.install(masking.Masker())

@@ -11,12 +11,11 @@ with the ask it came from.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-
 from agent.api import replies
-from agent.api.replies import RequestId, encode
+from agent.api.replies import RequestId, address_prefix, encode, readdress
 from agent.api.statistics import Counters, Outcome
 
 log = logging.getLogger("homeagent.api")
@@ -28,6 +27,10 @@ class Subscription:
     request_id: RequestId
     reasoning: bool                # reasoning replies too
     send: Callable[[bytes], None]  # the connection's queue; never waits
+    prefix: bytes = field(init=False)  # of its lines: address_prefix(request_id)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", address_prefix(self.request_id))
 
 
 class Bus:
@@ -59,9 +62,12 @@ class Bus:
                            origin: Mapping[str, Any] | None = None) -> None:
         """A reply to every subscriber; without origin (a device's state) it
         has no `request`."""
+        line = None  # encoded once for all of them, then addressed to each
         for subscription in self._subscriptions:
             if subscription.reasoning or not isinstance(reply, replies.Reasoning):
-                subscription.send(encode(reply, subscription.request_id, origin))
+                if line is None:
+                    line = encode(reply, request=origin)
+                subscription.send(readdress(line, subscription.prefix))
 
     async def ask_from_device(self, device: str, prompt: str) -> None:
         """A prompt typed on a device: an ask on the session device-NAME,

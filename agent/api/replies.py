@@ -290,6 +290,18 @@ def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
     return dump_line(outgoing(line))
 
 
+def address_prefix(request_id: RequestId) -> bytes:
+    """The start of a line addressed to request_id (masked like the rest),
+    for a reply encoded once without an id and sent to many: `readdress`."""
+    return dump_line(outgoing({"id": request_id}))[:-2] + b","
+
+
+def readdress(unaddressed: bytes, prefix: bytes) -> bytes:
+    """The line encode(reply, request_id, request) would give, from
+    encode(reply, request=request) and address_prefix(request_id)."""
+    return prefix + unaddressed[1:]
+
+
 def outgoing(value: Any) -> Any:
     """value as it may leave the daemon, to a client or a device: each string
     (keys too) masked, each float JSON cannot hold null."""
