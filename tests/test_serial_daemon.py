@@ -531,7 +531,9 @@ def test_a_board_that_never_reads_holds_up_nothing(tmp_path, mock, board):
     the daemon's writes to the board stall. The answers must not."""
     board.reading = False
     board.plug()
-    write_timeout = timeout(2)
+    # An answer that waited for the board would wait this long, whole: the
+    # bound below is that, not a guess at how fast an answer is.
+    write_timeout = timeout(4)
     # Deltas and reasoning: many lines per answer, the buffer fills in few asks.
     daemon = board_daemon(tmp_path, mock, board.link, write_timeout=write_timeout,
                           send="deltas", events=["delta", "reasoning", "done", "error"])
@@ -562,8 +564,9 @@ def test_a_board_that_never_reads_holds_up_nothing(tmp_path, mock, board):
             ask(n)
         elapsed = time.monotonic() - began
 
-        # No answer waited for the board: each took well under the write timeout.
-        assert max(durations) < write_timeout / 2, (max(durations), len(durations))
+        # No answer waited for the board: each took less than the write
+        # timeout (on a loaded 2-core machine, up to about a third of it).
+        assert max(durations) < write_timeout, (max(durations), len(durations))
         assert elapsed < timeout(20)
         [failed, *_] = subscriber.device_events("failed")
         assert failed["error"] == (f"WriteTimeout: {board.link}: nothing could be written for "
