@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from agent.devices.hub import DeviceSpec
+from agent.providers.health import Policy
 from agent.providers.requests import Provider
 
 
@@ -15,6 +16,8 @@ from agent.providers.requests import Provider
 class ProviderEntry:
     provider: Provider
     retries: int
+    fallback: tuple[str, ...] = ()  # as written; failover_order() follows them further
+    policy: Policy = Policy()       # its cooldowns after failures
 
 
 @dataclass(frozen=True)
