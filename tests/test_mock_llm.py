@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,8 @@ import trio
 
 from agent.mock_llm import scripts, wire
 from agent.mock_llm.scripts import Conversation, ToolUse
-from agent.mock_llm.server import serve
+from agent.mock_llm.app import MockApp
+from agent.mock_llm.server import serve, spawn
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
@@ -307,6 +309,74 @@ async def test_garbage_is_reported_not_raised(base_url, fmt):
     assert any(isinstance(e, (rec.UnknownField, rec.DecodeWarning)) for e in events)
     assert any(isinstance(e, ev.MessageIncomplete) for e in events)
     assert decoder.message.text == ""
+
+
+@pytest.fixture
+async def instance(nursery):
+    """A mock whose instance faults the test sets, and its base URL."""
+    app = MockApp()
+    port = await nursery.start(partial(serve, app=app))
+    return app, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.trio
+@by_name
+async def test_instance_faults_apply_to_every_request_until_cleared(instance, fmt):
+    app, url = instance
+    async with httpx.AsyncClient(base_url=url) as client:
+        put = await client.put("/_mock/faults", json={"faults": ["500"]})
+        assert put.json() == {"faults": ["500"], "retry_after": 1}
+        for _ in range(2):
+            response = await client.post(fmt.path, json=fmt.request("Hello"))
+            assert response.status_code == 500
+        await client.put("/_mock/faults", json={"faults": ["401"]})
+        assert (await client.post(fmt.path, json=fmt.request("Hello"))).status_code == 401
+        await client.put("/_mock/faults", json={"faults": ["429"], "retry_after": 120})
+        limited = await client.post(fmt.path, json=fmt.request("Hello"))
+        assert (limited.status_code, limited.headers["retry-after"]) == (429, "120")
+
+        await client.put("/_mock/faults", json={"faults": ["error-first"]})
+        decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"))
+        first = next(e for e in events if not isinstance(e, rec.UnknownField))
+        assert isinstance(first, rec.ProviderError) and "overloaded" in first.message
+        assert decoder.message.text == ""
+
+        await client.put("/_mock/faults", json={"faults": []})
+        decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"))
+        assert decoder.message.text == scripts.ENGLISH and problems(events) == []
+        bad = await client.put("/_mock/faults", json={"faults": ["explode"]})
+        assert bad.status_code == 400 and app.faults == frozenset()
+
+
+@pytest.mark.trio
+async def test_stall_start_sends_the_head_and_no_event(instance):
+    app, url = instance
+    app.faults = frozenset({"stall-start"})
+    fmt = FORMATS[0]
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout(0.2))) as client:
+        async with client.stream("POST", fmt.path, json=fmt.request("Hello")) as response:
+            assert response.status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                await response.aread()
+
+
+@pytest.mark.trio
+async def test_refuse_binds_the_port_and_refuses_connections():
+    process, url = spawn(sys.executable, "--fault", "refuse", cwd=ROOT)
+    try:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(url + "/_mock/requests")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout(10)) == 0
+        process.stdout.close()
+
+
+def test_an_unknown_fault_on_the_command_line_is_refused():
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "mock-llm", "--fault", "explode"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout(30))
+    assert done.returncode == 2 and "unknown --fault explode" in done.stderr
 
 
 @pytest.mark.trio
