@@ -537,7 +537,7 @@ def test_a_key_file_others_can_read_is_warned_about(tmp_path, mode, warned):
 
 
 def _three(a: str = "", b: str = "", c: str = "") -> str:
-    """Three providers a, b and c; each one's extra lines follow its model (line 5, 10, 15)."""
+    """Three providers a, b and c; each one's extra lines follow its model (from line 6, 11, 16)."""
     blocks = []
     for name, extra in (("a", a), ("b", b), ("c", c)):
         blocks.append(f'[providers.{name}]\nprotocol = "openai-chat"\n'
@@ -553,6 +553,11 @@ def test_fallbacks_and_cooldowns(tmp_path):
     assert (b.fallback, b.policy.cooldown, b.policy.max_cooldown) == ((), 5.0, 60.0)
     assert load_text(tmp_path, _three(a="cooldown = 3600")).providers["a"].policy.max_cooldown \
         == 3600.0  # the maximum follows a cooldown longer than its default
+    assert (a.retry_without_tools, load_text(tmp_path, _three(
+        b="retry_without_tools = true")).providers["b"].retry_without_tools) == (False, True)
+    error = load_error(tmp_path, _three(c="retry_without_tools = 1"))
+    assert (error.line, error.key, error.problem) == (
+        16, "providers.c.retry_without_tools", "expected a boolean, got an integer")
 
 
 @pytest.mark.parametrize("a, b, line, key, problem", [

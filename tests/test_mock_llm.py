@@ -175,6 +175,62 @@ async def test_tool_call_then_tool_result(base_url, fmt):
     assert decoder.message.tool_calls == []
 
 
+# Each quirk as it shows in the bytes (a check on the JSON of every chunk) and
+# what the decoder then gives.
+QUIRK_SHOWS = {
+    "no-index": lambda c: all("index" not in t for t in _calls_in(c)),
+    "no-id": lambda c: all("id" not in t for t in _calls_in(c)),
+    "no-chunk-id": lambda c: "id" not in c,
+    "object-arguments": lambda c: all(isinstance(t["function"].get("arguments", {}), dict)
+                                      for t in _calls_in(c)),
+    "no-finish": lambda c: all(ch["finish_reason"] is None for ch in c["choices"]),
+    "reasoning": lambda c: all("reasoning_content" not in ch["delta"] for ch in c["choices"]),
+}
+
+
+def _calls_in(chunk: dict) -> list[dict]:
+    return [t for ch in chunk["choices"] for t in ch["delta"].get("tool_calls", [])]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("quirk", QUIRK_SHOWS)
+async def test_chat_quirks_show_in_the_stream_and_decode_the_same(base_url, quirk):
+    chat, reasoned = FORMATS[0], quirk == "reasoning"
+    request = (chat.request("Why is the heating on?") if reasoned
+               else chat.request(SWITCH_PROMPT, tools=True))
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        decoder, events, raw = await decode_stream(client, chat, request,
+                                                   {"x-mock-quirks": quirk})
+    chunks = [json.loads(line[6:]) for line in raw.decode().splitlines()
+              if line.startswith("data: {")]
+    assert all(map(QUIRK_SHOWS[quirk], chunks))
+    assert problems(events) == []
+    if reasoned:
+        assert b'"reasoning":' in raw and decoder.message.reasoning == scripts.REASONING
+        return
+    assert any(_calls_in(c) for c in chunks)
+    [call] = decoder.message.tool_calls
+    assert (call.name, call.parsed) == ("set_relay", {"channel": 1, "on": True})
+    assert decoder.message.text == "Switching channel 1 on."
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("quirk, status, words", [("tools-400", 400, "does not support tools"),
+                                                   ("tools-500", 500, "requires --jinja")])
+async def test_tools_refused_as_a_model_without_them(base_url, quirk, status, words):
+    chat = FORMATS[0]
+    headers = {"x-mock-quirks": quirk}
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        refused = await client.post(chat.path, json=chat.request("Hi", tools=True),
+                                    headers=headers)
+        assert refused.status_code == status and words in refused.json()["error"]["message"]
+        decoder, _, _ = await decode_stream(client, chat, chat.request("Hi"), headers)
+        assert decoder.message.text  # without tools the same server answers
+        other = await client.post(FORMATS[1].path, json=FORMATS[1].request("Hi"),
+                                  headers=headers)
+        assert other.status_code == 400  # quirks are Chat Completions' only
+
+
 @pytest.mark.trio
 @by_name
 async def test_non_stream_answers_carry_the_same_content(base_url, fmt):

@@ -59,6 +59,7 @@ class ErrorCode(enum.StrEnum):
     INTERNAL_ERROR = "internal_error"
     TOO_MANY_CONNECTIONS = "too_many_connections"
     PROVIDER_DISABLED = "provider_disabled"
+    TOOLS_UNSUPPORTED = "tools_unsupported"
 
 
 class Reply:

@@ -77,6 +77,12 @@ class MockApp:
         if faults - FAULTS:
             unknown = ", ".join(sorted(faults - FAULTS))
             return _json_reply(400, fmt.error_body(400, f"unknown x-mock-fault: {unknown}"))
+        quirks = frozenset(q.strip() for q in names.get("x-mock-quirks", "").split(",")
+                           if q.strip())
+        if quirks - wire.CHAT_QUIRKS or (quirks and fmt is not wire.ChatCompletions):
+            return _json_reply(400, fmt.error_body(400, "x-mock-quirks are "
+                                                        + ", ".join(sorted(wire.CHAT_QUIRKS))
+                                                        + ", for Chat Completions only"))
         try:
             request = json.loads(body)
         except (UnicodeDecodeError, ValueError):
@@ -84,6 +90,12 @@ class MockApp:
         if not isinstance(request, dict):
             return _json_reply(400, fmt.error_body(400, "the body is not a JSON object"))
 
+        if request.get("tools") and quirks & {"tools-400", "tools-500"}:
+            # The words Ollama and llama.cpp use for a model or build without tools.
+            status, words = ((400, f"{request.get('model')} does not support tools")
+                             if "tools-400" in quirks else
+                             (500, "tools param requires --jinja flag"))
+            return _json_reply(status, fmt.error_body(status, words))
         if "401" in faults:
             return _json_reply(401, fmt.error_body(401, "invalid API key (mock)"))
         if "500" in faults:
@@ -124,7 +136,7 @@ class MockApp:
                 answer = scripts.forced_tool_call(forced)
             except ValueError as exc:
                 return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
-        turn = _turn(request, body, names)
+        turn = _turn(request, body, names, quirks)
         if streaming:
             parts = fmt.stream(answer, turn)
             headers_out = [("content-type", "text/event-stream; charset=utf-8"),
@@ -214,7 +226,7 @@ def _compress(reply: Reply, encoding: str) -> None:
         reply.headers.append(("content-length", str(sum(map(len, parts)))))
 
 
-def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:
+def _turn(request: dict, body: bytes, headers: dict, quirks: frozenset[str]) -> wire.Turn:
     model = request.get("model")
     options = request.get("stream_options")
     return wire.Turn(
@@ -222,7 +234,8 @@ def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:
         seed=hashlib.sha256(body).hexdigest()[:12],
         input_tokens=max(1, len(body) // 4),
         eol="\r\n" if headers.get("x-mock-line-ends", "").lower() == "crlf" else "\n",
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True)
+        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        quirks=quirks)
 
 
 def _delay(value: str | None) -> float:

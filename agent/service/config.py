@@ -66,6 +66,7 @@ _TOOL_KEYS = ("name", "description", "parameters", "timeout")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
 _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
                   "retries", "headers", "fallback", "cooldown", "max_cooldown",
+                  "retry_without_tools",
                   *_PROVIDER_OPTIONAL)
 MAX_COOLDOWN = 86400.0  # a day: a longer wait is a disabled provider, which has its own state
 
@@ -144,6 +145,7 @@ model = {json.dumps(model)}
 # fallback = []           # providers to hand an ask to, in order, when this one fails
 # cooldown = 30.0         # seconds a failed provider is passed over; doubles per failure
 # max_cooldown = 1800.0
+# retry_without_tools = false   # a model that refuses tools is asked again without them
 """
 
 
@@ -313,7 +315,8 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
         raise table.error("max_cooldown", f"must be at least cooldown ({cooldown:g}), "
                                           f"got {max_cooldown:g}")
     return ProviderEntry(provider, table.integer("retries", 3, 0, 10), tuple(fallback),
-                         Policy(cooldown, max_cooldown))
+                         Policy(cooldown, max_cooldown),
+                         table.get("retry_without_tools", bool, False))
 
 
 def _headers(table: Table) -> dict[str, str]:

@@ -18,6 +18,7 @@ class ProviderEntry:
     retries: int
     fallback: tuple[str, ...] = ()  # as written; failover_order() follows them further
     policy: Policy = Policy()       # its cooldowns after failures
+    retry_without_tools: bool = False  # a request refused for its tools is sent again without
 
 
 @dataclass(frozen=True)

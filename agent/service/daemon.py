@@ -80,7 +80,8 @@ def main(config_path: str, environ: Mapping[str, str] = os.environ) -> int:
 
 
 def upstreams_of(config: Config) -> dict[str, Upstream]:
-    return {name: Upstream(entry.provider, entry.retries, entry.fallback, entry.policy)
+    return {name: Upstream(entry.provider, entry.retries, entry.fallback, entry.policy,
+                           entry.retry_without_tools)
             for name, entry in config.providers.items()}
 
 

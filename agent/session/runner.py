@@ -69,6 +69,7 @@ from agent.providers import (
     Conversation,
     ProviderHTTPError,
     ToolResult,
+    ToolsUnsupported,
     UpstreamError,
     UserTurn,
     stream_answer,
@@ -106,6 +107,7 @@ class Upstream:
     retries: int = 3
     fallback: tuple[str, ...] = ()
     policy: Policy = Policy()
+    retry_without_tools: bool = False
 
 
 NO_TOOLS = ToolOutcome("no tools are available: nothing was run", True)
@@ -329,10 +331,27 @@ class Runner:
                         outcomes[id(event.tool_call)] = NO_TOOLS
 
             try:
-                answer = await stream_answer(self.client, provider, conversation, tools,
-                                             on_event=forward, retries=upstream.retries,
-                                             max_tool_arguments=limits.argument_bytes)
+                try:
+                    answer = await stream_answer(self.client, provider, conversation, tools,
+                                                 on_event=forward, retries=upstream.retries,
+                                                 max_tool_arguments=limits.argument_bytes)
+                except ToolsUnsupported as exc:
+                    if not upstream.retry_without_tools:
+                        raise
+                    log.warning("%s; asking it again without tools", exc)
+                    await emit(replies.UpstreamWarning(
+                        ErrorCode.TOOLS_UNSUPPORTED.value,
+                        f"{exc}; asked again without tools, which it cannot call now"))
+                    answer = await stream_answer(self.client, provider, conversation, [],
+                                                 on_event=forward, retries=upstream.retries,
+                                                 max_tool_arguments=limits.argument_bytes)
                 failure = _failure(provider.name, answer)
+            except ToolsUnsupported as exc:
+                # The model's or the server's limit, not an outage: health stays as it is.
+                failure = AskFailed(replies.Error(
+                    ErrorCode.TOOLS_UNSUPPORTED, f"{exc}; the devices' tools cannot be offered "
+                    "to it (retry_without_tools = true asks it without them)",
+                    status=exc.status))
             except ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
                                                   status=exc.status), _http_blame(exc.status),
