@@ -96,6 +96,14 @@ def test_a_reload_keeps_a_cooldown_unless_the_provider_changed(clock):
     assert board.get("p", "m", Policy(5, 5), old).state is State.HEALTHY  # new cooldowns
 
 
+def test_an_ask_on_the_config_before_a_reload_does_not_touch_the_new_one(clock):
+    board = HealthBoard(clock)
+    old, new = ("url-a",), ("url-b",)
+    board.reconfigure({("p", "m"): new})
+    board.get("p", "m", Policy(), old).failed("down")  # still running on the old config
+    assert board.get("p", "m", Policy(), new).state is State.HEALTHY
+
+
 def test_the_snapshot_says_until_when_it_cools_with_counts(clock):
     health = Health(Policy(30, 1800), clock)
     health.succeeded(0.1)

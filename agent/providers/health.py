@@ -148,6 +148,7 @@ class HealthBoard:
                  wall: Callable[[], float] = time.time) -> None:
         self._clock, self._wall = clock, wall
         self._entries: dict[tuple[str, str], tuple[object, Health]] = {}
+        self._configs: Mapping[tuple[str, str], object] = {}  # of the config loaded last
 
     def now(self) -> float:
         return self._clock()
@@ -156,6 +157,10 @@ class HealthBoard:
         """The Health of this provider and model; config is what it was made
         for (a reload that changes it starts the provider afresh)."""
         key = (name, model)
+        if key in self._configs and self._configs[key] != config:
+            # An ask still running on the config before a reload: what it
+            # finds out is about a provider no longer configured so.
+            return Health(policy, self._clock)
         entry = self._entries.get(key)
         if entry is None or entry[0] != config or entry[1].policy != policy:
             entry = self._entries[key] = (config, Health(policy, self._clock))
@@ -164,6 +169,7 @@ class HealthBoard:
     def reconfigure(self, configs: Mapping[tuple[str, str], object]) -> None:
         """A config reload: entries of providers gone or changed are dropped,
         and a disabled one starts afresh (its key may be new)."""
+        self._configs = dict(configs)
         for key, (config, health) in list(self._entries.items()):
             if configs.get(key, None) != config or health.state is State.DISABLED:
                 del self._entries[key]
