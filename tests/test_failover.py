@@ -2,13 +2,14 @@
 on loopback, the primary with faults set on the instance (refusing
 connections, 500, stalling, 401, 429 with Retry-After, an error as the
 first event), the fallback healthy. The runner runs in process with the
-health board on a clock the test moves, so no cooldown is waited for; one
-test runs the whole daemon and the CLI as processes.
+health board on a clock the test moves, so no cooldown is waited for; the
+last two tests run the whole daemon (and the CLI) as processes.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -22,7 +23,7 @@ from agent.providers.requests import Provider
 from agent.session.runner import Runner, Upstream
 from agent.session.store import SessionStore
 from conftest import timeout
-from daemon_harness import REPO, Daemon, MockServer, _env
+from daemon_harness import REPO, Daemon, MockServer, _env, ask_text
 
 
 class Clock:
@@ -288,5 +289,31 @@ def test_the_daemon_fails_over_and_status_shows_the_primary_cooling(tmp_path, pr
         assert health["primary"]["fallback"] == ["mock"]
         assert health["mock"]["counts"]["answered"] == 1
         assert health["mock"]["first_delta"]["samples"] == 1
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_refused_key_disables_the_primary_until_sighup_reloads_the_config(tmp_path, primary,
+                                                                            backup):
+    primary.set_faults("401")
+    daemon = Daemon(tmp_path, backup.url, default_provider="primary", providers={
+        "primary": {"base_url": primary.url + "/v1", "fallback": ["mock"]}})
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            _, got = ask_text(client, "Hello there")
+            assert [r["type"] for r in got][:2] == ["started", "failover"]
+            assert (got[1]["code"], got[1]["status"]) == ("upstream_http", 401)
+            health = {p["name"]: p for p in client.call("status")["providers"]}["primary"]
+            assert health["state"] == "disabled"
+            assert health["last_error"] == "primary: HTTP 401: invalid API key (mock)"
+
+            primary.set_faults()   # a new key, say
+            daemon.signal(signal.SIGHUP)
+            daemon.wait_notify(b"READY=1")
+            health = {p["name"]: p for p in client.call("status")["providers"]}["primary"]
+            assert health["state"] == "healthy"
+            _, got = ask_text(client, "Hello there")
+            assert got[0]["provider"] == "primary" and got[-1]["type"] == "done"
     finally:
         assert daemon.stop() == 0, daemon.log()
