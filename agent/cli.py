@@ -32,7 +32,13 @@ def _demo(args: argparse.Namespace) -> int:
 def _mock_llm(args: argparse.Namespace) -> int:
     from agent.mock_llm import server
 
-    return server.main(args.host, args.port, args.require_key)
+    faults = frozenset(f.strip() for f in (args.fault or "").split(",") if f.strip())
+    unknown = faults - server.FAULTS - {server.REFUSE}
+    if unknown:
+        print(f"homeagent mock-llm: unknown --fault {', '.join(sorted(unknown))}",
+              file=sys.stderr)
+        return 2
+    return server.main(args.host, args.port, args.require_key, faults, args.retry_after)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -206,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     mock.add_argument("--port", type=int, default=0, help="0 picks a free port")
     mock.add_argument("--require-key", metavar="KEY",
                       help="answer 401 unless requests carry this API key")
+    mock.add_argument("--fault", metavar="LIST",
+                      help="faults of every request (the x-mock-fault names, comma-separated), "
+                      "or refuse: the port is bound but refuses every connection")
+    mock.add_argument("--retry-after", type=float, default=1.0, metavar="SECONDS",
+                      help="the Retry-After of a 429 (default 1)")
     mock.set_defaults(func=_mock_llm)
 
     from agent.service.install import DEFAULT_VENV

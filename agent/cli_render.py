@@ -56,8 +56,11 @@ class AskPrinter:
             self._answer_open = not reply["text"].endswith("\n")
             self._line_broken = False
             return
-        if kind in ("tool_call", "tool_result", "warning"):
+        if kind in ("tool_call", "tool_result", "warning", "failover"):
             self._side_line()
+        if kind == "failover":
+            self.err.write(f"homeagent: {reply.get('failed')} failed ({reply.get('message')}); "
+                           f"{reply.get('provider')} ({reply.get('model')}) answers\n")
         if kind == "tool_call":
             arguments = reply["arguments"]
             if not isinstance(arguments, str):  # a string did not parse: shown as it came
@@ -133,6 +136,8 @@ def format_status(reply: dict[str, Any]) -> str:
         mark = " (default)" if provider.get("default") else ""
         lines.append(f"provider {provider['name']}{mark}: {provider['protocol']} "
                      f"{provider['model']} at {provider['base_url']}")
+        if "state" in provider:
+            lines.append("  " + _health_line(provider))
     for device in reply.get("devices", []):
         lines.append(f"device {device.get('name')}: {device.get('state')}")
     lines.append(f"clients: {reply.get('clients')}, asks in flight: {len(reply.get('active', []))}")
@@ -140,6 +145,31 @@ def format_status(reply: dict[str, Any]) -> str:
     if counters:
         lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
     return "\n".join(lines)
+
+
+def _health_line(provider: dict[str, Any]) -> str:
+    """A provider's health in status: its state, counts, latency and last error."""
+    state = provider["state"]
+    if state == "cooling":
+        state = f"cooling until {provider.get('until')} ({provider.get('retry_in')} s)"
+    elif state == "retrying":
+        state = "retrying: the next ask tries it"
+    elif state == "disabled":
+        state = f"disabled: {provider.get('disabled')}"
+    parts = [state]
+    if provider.get("fallback"):
+        parts.append("fallback " + ", ".join(provider["fallback"]))
+    counts = provider.get("counts") or {}
+    if counts:
+        parts.append(", ".join(f"{k} {v}" for k, v in counts.items()))
+    latency = provider.get("first_delta") or {}
+    if latency.get("samples"):
+        parts.append(f"first delta p50 {latency['p50'] * 1000:.0f} ms, "
+                     f"p99 {latency['p99'] * 1000:.0f} ms ({latency['samples']} answers)")
+    line = "; ".join(parts)
+    if provider.get("last_error"):
+        line += f"\n  last error: {provider['last_error']}"
+    return line
 
 
 def format_sessions(reply: dict[str, Any]) -> str:

@@ -11,6 +11,27 @@ static int has_members(const ev_ctx *c, ha_json_val obj)
     return ha_json_obj_next(&it, &k, &v);
 }
 
+/* Some compatible servers send the arguments as a JSON object, not as the
+ * string of one: the object's bytes as sent are the argument string. A
+ * string in it that the framer elided (an event over the buffer) would make
+ * them other arguments than the model's: that piece is lost, as any delta. */
+static void chat_object_arguments(ev_ctx *c, int64_t choice, int64_t tool, ha_json_val args)
+{
+    static const char elided[] = "\"" HA_SSE_ELIDED "\"";
+    size_t n = args.end - args.start, marker = sizeof elided - 1;
+    const uint8_t *p = c->doc + args.start;
+    for (size_t i = 0; c->elided && i + marker <= n; i++) {
+        if (memcmp(p + i, elided, marker) == 0) {
+            ev_warn(c, HA_WARN_DELTA_ELIDED, "choices[].delta.tool_calls[].function.arguments");
+            return;
+        }
+    }
+    unsigned flags = 0;
+    int64_t *r = ev_rec(c, HA_REC_TOOL_ARGS, choice, tool);
+    if (r)
+        ev_text_bytes(c, p, n, r + HA_WORD_S1, &flags);
+}
+
 static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
 {
     ha_json_val index, id, type, fn, name, args;
@@ -42,8 +63,11 @@ static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
                 ev_text(c, type, r + HA_WORD_S3);
         }
     }
-    ev_delta(c, HA_REC_TOOL_ARGS, choice, tool, args, ev_absent,
-             "choices[].delta.tool_calls[].function.arguments");
+    if (args.kind == HA_JSON_OBJECT)
+        chat_object_arguments(c, choice, tool, args);
+    else
+        ev_delta(c, HA_REC_TOOL_ARGS, choice, tool, args, ev_absent,
+                 "choices[].delta.tool_calls[].function.arguments");
 }
 
 static void chat_choice(ev_ctx *c, ha_json_val choice, int64_t position)

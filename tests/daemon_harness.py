@@ -54,8 +54,14 @@ class MockServer:
         self.url = url
 
     @classmethod
-    def start(cls) -> "MockServer":
-        return cls(*spawn(sys.executable, env=_env(), cwd=REPO))
+    def start(cls, *args: str) -> "MockServer":
+        """args: the mock-llm's options, such as "--fault", "500"."""
+        return cls(*spawn(sys.executable, *args, env=_env(), cwd=REPO))
+
+    def set_faults(self, *faults: str, retry_after: float = 1) -> None:
+        """The faults of every request to this instance from now on (none: healthy)."""
+        httpx.put(self.url + "/_mock/faults", json={"faults": faults, "retry_after": retry_after},
+                  timeout=timeout(10)).raise_for_status()
 
     def requests(self) -> list[dict]:
         return httpx.get(self.url + "/_mock/requests", timeout=timeout(10)).json()

@@ -547,6 +547,12 @@ def test_every_reply_on_the_wire():
     cases = [
         (replies.Started("s", "p", "m"), 1,
          '{"id":1,"type":"started","session":"s","provider":"p","model":"m"}'),
+        (replies.Failover("a", ErrorCode.UPSTREAM_HTTP, "a: HTTP 503", "b", "m", 503), 1,
+         '{"id":1,"type":"failover","failed":"a","code":"upstream_http","message":"a: HTTP 503",'
+         '"provider":"b","model":"m","status":503}'),
+        (replies.Failover("a", ErrorCode.UPSTREAM_UNAVAILABLE, "a: cannot connect", "b", "m"),
+         1, '{"id":1,"type":"failover","failed":"a","code":"upstream_unavailable",'
+         '"message":"a: cannot connect","provider":"b","model":"m"}'),
         (replies.Reasoning("r"), 1, '{"id":1,"type":"reasoning","text":"r"}'),
         (replies.Refusal("no"), 1, '{"id":1,"type":"refusal","text":"no"}'),
         (replies.ToolCall("c", "t", {"a": 1}), 1,

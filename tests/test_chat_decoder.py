@@ -46,7 +46,7 @@ from agent.stream.records import (
     Usage,
     WarningCode,
 )
-from agent.stream.decoders.events import MessageFinished, MessageIncomplete
+from agent.stream.decoders.events import MessageFinished, MessageIncomplete, ToolCallDone
 from agent.stream.message import ArgumentsError, FinishReason, normalise_finish
 import bench_module
 from conftest import scaled
@@ -387,11 +387,12 @@ def test_finish_reason_empty_on_every_chunk_is_not_a_stop():
     dec, events, _ = differential(body)
     assert [(e.raw_reason, e.choice) for e in of(events, MessageFinished)] == [("stop", 0)]
     assert dec.message.text == "abc"
-    # with no real finish_reason at all: none, where the SDK keeps ""
+    # with no real finish_reason at all: none raw, where the SDK keeps "";
+    # [DONE] ended it, so it stopped (test_done_without_any_finish_reason_infers_it)
     body = sse(chunk({"content": "a"}, finish=""), chunk({"content": "b"}, finish=""))
     dec, events = decode(body)
-    assert dec.message.raw_finish_reason is None and dec.message.finish_reason is None
-    assert not of(events, MessageFinished)
+    assert dec.message.raw_finish_reason is None and dec.message.finish_reason is FinishReason.STOP
+    assert [e.raw_reason for e in of(events, MessageFinished)] == [None]
     assert sdk_decode([body]).choices[0].finish_reason == ""
 
 
@@ -1009,7 +1010,7 @@ FIELD_TYPE_ROWS = [
      ["choices[].delta.tool_calls[].index"], {"calls": GOOD_CALL}),
     ("tool_call-id-number", '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, '
      '"id": 7, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}]}',
-     ["choices[].delta.tool_calls[].id"], {"calls": [(None, "f", "{}")]}),
+     ["choices[].delta.tool_calls[].id"], {"calls": [("call_ha_0_0", "f", "{}")]}),
     ("tool_call-type-number", '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, '
      '"id": "call_1", "type": 1, "function": {"name": "f", "arguments": "{}"}}]}}]}',
      ["choices[].delta.tool_calls[].type"], {"calls": GOOD_CALL}),
@@ -1019,8 +1020,8 @@ FIELD_TYPE_ROWS = [
     ("tool_call-name-number", '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, '
      '"id": "call_1", "type": "function", "function": {"name": 3, "arguments": "{}"}}]}}]}',
      ["choices[].delta.tool_calls[].function.name"], {"calls": [("call_1", None, "{}")]}),
-    ("tool_call-arguments-object", '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": '
-     '0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}}]}',
+    ("tool_call-arguments-number", '{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": '
+     '0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": 1}}]}}]}',
      ["choices[].delta.tool_calls[].function.arguments"], {"calls": [("call_1", "f", "")]}),
     ("finish_reason-number", '{"choices": [{"index": 0, "delta": {"content": "X"}, '
      '"finish_reason": 5}]}',
@@ -1265,7 +1266,7 @@ def test_arguments_before_any_head():
     body = sse(chunk(calls(tool(0, args='{"q": 1}'))), chunk(finish="tool_calls"))
     dec, events = decode_every_way(body)
     [c] = dec.message.tool_calls
-    assert (summary(c), c.parsed) == ((None, None, '{"q": 1}'), {"q": 1})
+    assert (summary(c), c.parsed) == (("call_ha_0_0", None, '{"q": 1}'), {"q": 1})
     assert not warnings(events)
 
 
@@ -1348,3 +1349,81 @@ def test_reasoning_mirrored_in_both_fields_is_kept_once():
                chunk({"content": "ok"}), chunk(finish="stop"))
     dec, _ = decode(body)
     assert dec.message.reasoning == "think"
+
+
+# ---------------------------------------------------------------------------
+# local servers in OpenAI-compatible mode (issue 14): one row each in
+# docs/truth-table-openai-chat.md
+# ---------------------------------------------------------------------------
+
+def test_tool_calls_without_id_get_stable_ids():
+    """Ollama's compatible endpoint and some proxies send calls without an id:
+    each gets call_ha_<choice>_<position>, the same however the body was split,
+    so its result can be matched to it; a real id that comes later wins."""
+    body = sse(chunk(calls(tool(0, name="f", args='{"a": 1}', type="function"),
+                           tool(1, name="g", args="{}", type="function"))),
+               chunk(calls(tool(2, name="h", args="{}"))),
+               chunk(calls(tool(2, id="call_real"))),
+               chunk(finish="tool_calls"))
+    dec, events = decode_every_way(body)
+    assert [summary(c) for c in dec.message.tool_calls] == [
+        ("call_ha_0_0", "f", '{"a": 1}'), ("call_ha_0_1", "g", "{}"), ("call_real", "h", "{}")]
+    assert [e.tool_call.id for e in of(events, ToolCallDone)] == [
+        "call_ha_0_0", "call_ha_0_1", "call_real"]
+    assert not warnings(events)
+
+
+def test_tool_calls_without_index_or_id():
+    body = sse(chunk(calls(tool(name="f", args='{"a"', type="function"))),
+               chunk(calls(tool(args=": 1}"))),
+               chunk(calls(tool(name="g", args="{}", type="function"))),
+               chunk(finish="tool_calls"))
+    dec, events = decode_every_way(body)
+    assert [summary(c) for c in dec.message.tool_calls] == [
+        ("call_ha_0_0", "f", '{"a": 1}'), ("call_ha_0_1", "g", "{}")]
+    assert all(c.complete for c in dec.message.tool_calls) and not warnings(events)
+
+
+@pytest.mark.parametrize("arguments", [
+    pytest.param('{"city": "Z\\u00fcrich", "days": [1, 2], "x": {}}', id="nested-escaped"),
+    pytest.param("{}", id="empty"),
+    pytest.param('{ "a" : true }', id="spaced"),
+])
+def test_arguments_sent_as_an_object_are_its_bytes(arguments):
+    """Some compatible servers send function.arguments as a JSON object, not a
+    string: the argument string is the object's bytes exactly as sent."""
+    data = ('{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", '
+            '"type": "function", "function": {"name": "f", "arguments": ' + arguments + '}}]}}]}')
+    dec, events = decode_every_way(sse(data, chunk(finish="tool_calls")))
+    [c] = dec.message.tool_calls
+    assert (c.arguments, c.parsed, c.complete) == (arguments, json.loads(arguments), True)
+    assert not warnings(events)
+
+
+def test_a_first_chunk_without_id():
+    """continuedev/continue PR 13235: the first chunk has no id; a later one may."""
+    body = sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]},
+               chunk({"content": "!"}, id="chatcmpl-1"), chunk(finish="stop", id="chatcmpl-1"))
+    dec, events = decode_every_way(body)
+    assert (dec.message.text, dec.message.id) == ("Hi!", "chatcmpl-1")
+    body = sse({"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]})
+    dec, events = decode_every_way(body)
+    assert (dec.message.text, dec.message.id, dec.message.finish_reason) == (
+        "Hi", None, FinishReason.STOP)
+    assert not warnings(events)
+
+
+@pytest.mark.parametrize("with_calls, reason", [(False, FinishReason.STOP),
+                                                (True, FinishReason.TOOL_CALLS)])
+def test_done_without_any_finish_reason_infers_it(with_calls, reason):
+    """[DONE] ends a stream that named no finish_reason (or only ""): the
+    message is complete, finished with tool_calls when it called tools, else
+    stop; raw_finish_reason None says no reason was sent."""
+    parts = [chunk({"content": "a"}, finish=""), chunk({"content": "b"})]
+    if with_calls:
+        parts.append(chunk(calls(tool(0, "call_1", "f", "{}", "function"))))
+    dec, events = decode_every_way(sse(*parts))
+    assert (dec.message.finish_reason, dec.message.raw_finish_reason) == (reason, None)
+    assert [(e.reason, e.raw_reason) for e in of(events, MessageFinished)] == [(reason, None)]
+    assert not of(events, MessageIncomplete)
+    assert all(c.complete for c in dec.message.tool_calls)

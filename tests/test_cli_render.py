@@ -327,3 +327,43 @@ def test_history_marks_a_damaged_turn():
         {"role": "assistant", "text": "The room", "dropped_events": {"bad_json": 1}}]})
     assert shown == ("you:   hello\nagent: The room\n"
                      "       (part of the answer was lost: 1 event was not valid JSON)")
+
+
+def test_a_failover_is_a_side_line_and_the_answer_follows():
+    failover = {"id": 1, "type": "failover", "failed": "cloud", "code": "upstream_http",
+                "message": "cloud: HTTP 503: overloaded", "status": 503, "provider": "local",
+                "model": "llama3.2"}
+    out, err, code = run([STARTED, failover, DELTA_1, DELTA_2, DONE])
+    assert (out, code) == (ANSWER, 0)
+    assert err == ("homeagent: cloud failed (cloud: HTTP 503: overloaded); "
+                   "local (llama3.2) answers\n")
+
+
+def test_format_status_shows_each_providers_health():
+    latency = {"samples": 40, "p50": 0.0123, "p99": 0.25}
+    counts = {"answered": 40, "failed": 3, "failovers": 3, "skipped": 5}
+    providers = [
+        {**STATUS["providers"][1], "fallback": ["local"], "state": "cooling", "retry_in": 42.5,
+         "until": "2026-12-01T12:30:00+00:00", "last_error": "cloud: HTTP 503: overloaded",
+         "counts": counts, "first_delta": latency},
+        {**STATUS["providers"][0], "fallback": [], "state": "healthy", "last_error": None,
+         "counts": counts, "first_delta": {"samples": 0, "p50": None, "p99": None}},
+        {**STATUS["providers"][0], "name": "gone", "state": "disabled",
+         "disabled": "its key was refused; reload the config to try it again",
+         "last_error": "gone: HTTP 401: invalid key ***", "counts": {}, "first_delta": {}},
+        {**STATUS["providers"][0], "name": "back", "state": "retrying", "counts": {}},
+    ]
+    lines = format_status({**STATUS, "providers": providers}).splitlines()
+    assert lines[3:12] == [
+        "provider cloud: anthropic claude-x at https://api.example.com",
+        "  cooling until 2026-12-01T12:30:00+00:00 (42.5 s); fallback local; answered 40, "
+        "failed 3, failovers 3, skipped 5; first delta p50 12 ms, p99 250 ms (40 answers)",
+        "  last error: cloud: HTTP 503: overloaded",
+        "provider local (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
+        "  healthy; answered 40, failed 3, failovers 3, skipped 5",
+        "provider gone (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
+        "  disabled: its key was refused; reload the config to try it again",
+        "  last error: gone: HTTP 401: invalid key ***",
+        "provider back (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
+    ]
+    assert lines[12] == "  retrying: the next ask tries it"

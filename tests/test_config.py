@@ -534,3 +534,49 @@ def test_a_key_file_others_can_read_is_warned_about(tmp_path, mode, warned):
     expected = (f"{path}:5: providers.local.api_key_file: key file {tmp_path}/openai.key is "
                 f"readable by group or others (mode 0o{mode:03o}); chmod 600 it")
     assert config.warnings == ((expected,) if warned else ())
+
+
+def _three(a: str = "", b: str = "", c: str = "") -> str:
+    """Three providers a, b and c; each one's extra lines follow its model (from line 6, 11, 16)."""
+    blocks = []
+    for name, extra in (("a", a), ("b", b), ("c", c)):
+        blocks.append(f'[providers.{name}]\nprotocol = "openai-chat"\n'
+                      f'base_url = "http://127.0.0.1:8080/v1"\nmodel = "m"\n{extra}\n')
+    return 'default_provider = "a"\n' + "".join(blocks)
+
+
+def test_fallbacks_and_cooldowns(tmp_path):
+    config = load_text(tmp_path, _three(a='fallback = ["b", "c"]',
+                                        b="cooldown = 5\nmax_cooldown = 60"))
+    a, b, c = (config.providers[n] for n in "abc")
+    assert (a.fallback, a.policy.cooldown, a.policy.max_cooldown) == (("b", "c"), 30.0, 1800.0)
+    assert (b.fallback, b.policy.cooldown, b.policy.max_cooldown) == ((), 5.0, 60.0)
+    assert load_text(tmp_path, _three(a="cooldown = 3600")).providers["a"].policy.max_cooldown \
+        == 3600.0  # the maximum follows a cooldown longer than its default
+    assert (a.retry_without_tools, load_text(tmp_path, _three(
+        b="retry_without_tools = true")).providers["b"].retry_without_tools) == (False, True)
+    error = load_error(tmp_path, _three(c="retry_without_tools = 1"))
+    assert (error.line, error.key, error.problem) == (
+        16, "providers.c.retry_without_tools", "expected a boolean, got an integer")
+
+
+@pytest.mark.parametrize("a, b, line, key, problem", [
+    ('fallback = ["z"]', "", 6, "providers.a.fallback",
+     "no provider named 'z' (configured: a, b, c)"),
+    ('fallback = ["a"]', "", 6, "providers.a.fallback", "'a' names itself; a fallback is "
+     "another provider"),
+    ('fallback = ["b", "b"]', "", 6, "providers.a.fallback", "names a provider more than once"),
+    ('fallback = ["b"]', 'fallback = ["c", "a"]', 6, "providers.a.fallback",
+     "the fallbacks go round in a cycle: a -> b -> a"),
+    ("", 'fallback = ["c"]\n', 11, "providers.b.fallback", None),
+    ('fallback = "b"', "", 6, "providers.a.fallback", "expected an array, got a string"),
+    ("fallback = [1]", "", 6, "providers.a.fallback", "expected an array of provider names"),
+    ("cooldown = 0", "", 6, "providers.a.cooldown", "must be between 0.001 and 86400.0, got 0.0"),
+    ("cooldown = 60\nmax_cooldown = 30", "", 7, "providers.a.max_cooldown",
+     "must be at least cooldown (60), got 30"),
+])
+def test_bad_fallbacks_name_key_and_line(tmp_path, a, b, line, key, problem):
+    text = _three(a=a, b=b, c='fallback = ["b"]' if problem is None else "")
+    error = load_error(tmp_path, text)
+    assert (error.line, error.key) == (line, key)
+    assert error.problem == (problem or "the fallbacks go round in a cycle: b -> c -> b")

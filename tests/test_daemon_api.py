@@ -398,10 +398,17 @@ def test_status_fields(daemon):
     assert status["socket"] == daemon.socket_path
     assert status["config"] == str(daemon.config_path)
     assert status["default_provider"] == "mock"
-    assert status["providers"] == [
+    configured = ("name", "protocol", "model", "base_url", "default", "key", "fallback")
+    assert [{k: p[k] for k in configured} for p in status["providers"]] == [
         {"name": name, "protocol": "openai-chat", "model": "mock-small",
-         "base_url": daemon.mock_url + "/v1", "default": name == "mock", "key": False}
+         "base_url": daemon.mock_url + "/v1", "default": name == "mock", "key": False,
+         "fallback": []}
         for name in ("mock", "slow", "paced")]
+    mock = status["providers"][0]
+    assert (mock["state"], mock["last_error"], mock["failures_in_a_row"]) == ("healthy", None, 0)
+    assert mock["counts"] == {"answered": 1, "failed": 0, "failovers": 0, "skipped": 0}
+    assert mock["first_delta"]["samples"] == 1
+    assert 0 <= mock["first_delta"]["p50"] == mock["first_delta"]["p99"]
     assert status["clients"] == 2
     assert status["active"] == []
     assert status["counters"] == {"connections": 2, "refused": 0, "requests": 2,
@@ -443,7 +450,12 @@ def test_api_keys_never_appear_in_replies_or_the_log(start_daemon, mock):
     assert {p["name"]: p["key"] for p in status["providers"]} == {
         "mock": False, "keyed": True, "limited": True}
     for provider in status["providers"]:
-        assert set(provider) == {"name", "protocol", "model", "base_url", "default", "key"}
+        assert set(provider) - {"retry_in", "until"} == {
+            "name", "protocol", "model", "base_url", "default", "key", "fallback", "state",
+            "last_error", "failures_in_a_row", "counts", "first_delta"}
+    # The 429's message is the provider's last error, shown as every line: masked.
+    limited = next(p for p in status["providers"] if p["name"] == "limited")
+    assert limited["state"] == "cooling" and "rate limit" in limited["last_error"]
     # The key did go upstream (the mock masks it when recording) ...
     [upstream] = recorded_with(mock, "Hello with a key 51c2")
     assert upstream["headers"]["authorization"] == "***"

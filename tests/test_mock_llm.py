@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,8 @@ import trio
 
 from agent.mock_llm import scripts, wire
 from agent.mock_llm.scripts import Conversation, ToolUse
-from agent.mock_llm.server import serve
+from agent.mock_llm.app import MockApp
+from agent.mock_llm.server import serve, spawn
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
@@ -173,6 +175,62 @@ async def test_tool_call_then_tool_result(base_url, fmt):
     assert decoder.message.tool_calls == []
 
 
+# Each quirk as it shows in the bytes (a check on the JSON of every chunk) and
+# what the decoder then gives.
+QUIRK_SHOWS = {
+    "no-index": lambda c: all("index" not in t for t in _calls_in(c)),
+    "no-id": lambda c: all("id" not in t for t in _calls_in(c)),
+    "no-chunk-id": lambda c: "id" not in c,
+    "object-arguments": lambda c: all(isinstance(t["function"].get("arguments", {}), dict)
+                                      for t in _calls_in(c)),
+    "no-finish": lambda c: all(ch["finish_reason"] is None for ch in c["choices"]),
+    "reasoning": lambda c: all("reasoning_content" not in ch["delta"] for ch in c["choices"]),
+}
+
+
+def _calls_in(chunk: dict) -> list[dict]:
+    return [t for ch in chunk["choices"] for t in ch["delta"].get("tool_calls", [])]
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("quirk", QUIRK_SHOWS)
+async def test_chat_quirks_show_in_the_stream_and_decode_the_same(base_url, quirk):
+    chat, reasoned = FORMATS[0], quirk == "reasoning"
+    request = (chat.request("Why is the heating on?") if reasoned
+               else chat.request(SWITCH_PROMPT, tools=True))
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        decoder, events, raw = await decode_stream(client, chat, request,
+                                                   {"x-mock-quirks": quirk})
+    chunks = [json.loads(line[6:]) for line in raw.decode().splitlines()
+              if line.startswith("data: {")]
+    assert all(map(QUIRK_SHOWS[quirk], chunks))
+    assert problems(events) == []
+    if reasoned:
+        assert b'"reasoning":' in raw and decoder.message.reasoning == scripts.REASONING
+        return
+    assert any(_calls_in(c) for c in chunks)
+    [call] = decoder.message.tool_calls
+    assert (call.name, call.parsed) == ("set_relay", {"channel": 1, "on": True})
+    assert decoder.message.text == "Switching channel 1 on."
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("quirk, status, words", [("tools-400", 400, "does not support tools"),
+                                                   ("tools-500", 500, "requires --jinja")])
+async def test_tools_refused_as_a_model_without_them(base_url, quirk, status, words):
+    chat = FORMATS[0]
+    headers = {"x-mock-quirks": quirk}
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        refused = await client.post(chat.path, json=chat.request("Hi", tools=True),
+                                    headers=headers)
+        assert refused.status_code == status and words in refused.json()["error"]["message"]
+        decoder, _, _ = await decode_stream(client, chat, chat.request("Hi"), headers)
+        assert decoder.message.text  # without tools the same server answers
+        other = await client.post(FORMATS[1].path, json=FORMATS[1].request("Hi"),
+                                  headers=headers)
+        assert other.status_code == 400  # quirks are Chat Completions' only
+
+
 @pytest.mark.trio
 @by_name
 async def test_non_stream_answers_carry_the_same_content(base_url, fmt):
@@ -307,6 +365,78 @@ async def test_garbage_is_reported_not_raised(base_url, fmt):
     assert any(isinstance(e, (rec.UnknownField, rec.DecodeWarning)) for e in events)
     assert any(isinstance(e, ev.MessageIncomplete) for e in events)
     assert decoder.message.text == ""
+
+
+@pytest.fixture
+async def instance(nursery):
+    """A mock whose instance faults the test sets, and its base URL."""
+    app = MockApp()
+    port = await nursery.start(partial(serve, app=app))
+    return app, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.trio
+@by_name
+async def test_instance_faults_apply_to_every_request_until_cleared(instance, fmt):
+    app, url = instance
+    async with httpx.AsyncClient(base_url=url) as client:
+        put = await client.put("/_mock/faults", json={"faults": ["500"]})
+        assert put.json() == {"faults": ["500"], "retry_after": 1}
+        for _ in range(2):
+            response = await client.post(fmt.path, json=fmt.request("Hello"))
+            assert response.status_code == 500
+        await client.put("/_mock/faults", json={"faults": ["401"]})
+        assert (await client.post(fmt.path, json=fmt.request("Hello"))).status_code == 401
+        await client.put("/_mock/faults", json={"faults": ["429"], "retry_after": 120})
+        limited = await client.post(fmt.path, json=fmt.request("Hello"))
+        assert (limited.status_code, limited.headers["retry-after"]) == (429, "120")
+
+        await client.put("/_mock/faults", json={"faults": ["error-first"]})
+        decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"))
+        first = next(e for e in events if not isinstance(e, rec.UnknownField))
+        assert isinstance(first, rec.ProviderError) and "overloaded" in first.message
+        assert decoder.message.text == ""
+
+        await client.put("/_mock/faults", json={"faults": []})
+        decoder, events, _ = await decode_stream(client, fmt, fmt.request("Hello"))
+        assert decoder.message.text == scripts.ENGLISH and problems(events) == []
+        bad = await client.put("/_mock/faults", json={"faults": ["explode"]})
+        assert bad.status_code == 400 and app.faults == frozenset()
+
+
+@pytest.mark.trio
+async def test_stall_start_sends_the_head_and_no_event(instance):
+    app, url = instance
+    app.faults = frozenset({"stall-start"})
+    fmt = FORMATS[0]
+    received = bytearray()
+    async with httpx.AsyncClient(base_url=url, timeout=None) as client:
+        async with client.stream("POST", fmt.path, json=fmt.request("Hello")) as response:
+            assert response.status_code == 200
+            # An observation, not a wait for something: a right mock never sends a byte.
+            with trio.move_on_after(0.2):
+                async for read in response.aiter_raw():
+                    received += read
+    assert received == b""
+
+
+@pytest.mark.trio
+async def test_refuse_binds_the_port_and_refuses_connections():
+    process, url = spawn(sys.executable, "--fault", "refuse", cwd=ROOT)
+    try:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(url + "/_mock/requests")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout(10)) == 0
+        process.stdout.close()
+
+
+def test_an_unknown_fault_on_the_command_line_is_refused():
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "mock-llm", "--fault", "explode"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout(30))
+    assert done.returncode == 2 and "unknown --fault explode" in done.stderr
 
 
 @pytest.mark.trio

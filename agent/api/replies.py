@@ -60,6 +60,8 @@ class ErrorCode(enum.StrEnum):
     NOT_ALLOWED = "not_allowed"
     INTERNAL_ERROR = "internal_error"
     TOO_MANY_CONNECTIONS = "too_many_connections"
+    PROVIDER_DISABLED = "provider_disabled"
+    TOOLS_UNSUPPORTED = "tools_unsupported"
 
 
 class Reply:
@@ -97,6 +99,19 @@ class Started(Reply):
     session: str
     provider: str
     model: str
+
+
+@_reply("failover", omitted_when_none=("status",))
+class Failover(Reply):
+    """The provider named in started (or the last failover) failed before
+    any reply of its answer was sent; the ask goes to provider now. code,
+    message and status are what its error would have been."""
+    failed: str
+    code: ErrorCode
+    message: str
+    provider: str
+    model: str
+    status: int | None = None
 
 
 @_reply("delta")

@@ -554,6 +554,8 @@ class ApiServer:
             nonlocal outcome
             if isinstance(reply, replies.Started):
                 flight.session, flight.provider = reply.session, reply.provider
+            elif isinstance(reply, replies.Failover):
+                flight.provider = reply.provider
             elif isinstance(reply, replies.Done):
                 outcome = Outcome.ANSWERED
             if streaming or not isinstance(reply, replies.STREAMED):

@@ -18,9 +18,10 @@ from agent.mock_llm import scripts, wire
 
 FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage",
                     "json-error", "not-streamed", "html", "empty", "gzip", "deflate",
-                    "cut-json"})
+                    "cut-json", "500", "401", "stall-start", "error-first"})
 MASKED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 REQUESTS_PATH = "/_mock/requests"
+FAULTS_PATH = "/_mock/faults"  # GET or PUT the faults of every request to this instance
 
 # Not an event stream: an HTML error page from some proxy, a NUL and bytes
 # that are not UTF-8, so a decoder meets unknown fields and bad data.
@@ -47,8 +48,12 @@ class Reply:
 
 @dataclass
 class MockApp:
+    """faults apply to every request, with those of its x-mock-fault header;
+    retry_after is what a 429 says."""
     require_key: str | None = None
     requests: list[dict] = field(default_factory=list)
+    faults: frozenset[str] = frozenset()
+    retry_after: float = 1
     _failed_once: set = field(default_factory=set)
 
     def handle(self, connection: int, method: str, target: str,
@@ -56,6 +61,8 @@ class MockApp:
         path = target.split("?", 1)[0]
         if path == REQUESTS_PATH:
             return self._requests(method)
+        if path == FAULTS_PATH:
+            return self._faults(method, body)
         self.requests.append(_record(connection, method, path, headers, body))
         fmt = wire.FORMATS.get(path)
         if fmt is None:
@@ -66,9 +73,16 @@ class MockApp:
         if not self._key_ok(fmt, names):
             return _json_reply(401, fmt.error_body(401, "invalid API key (mock)"))
         faults = {f.strip() for f in names.get("x-mock-fault", "").split(",") if f.strip()}
+        faults |= self.faults
         if faults - FAULTS:
             unknown = ", ".join(sorted(faults - FAULTS))
             return _json_reply(400, fmt.error_body(400, f"unknown x-mock-fault: {unknown}"))
+        quirks = frozenset(q.strip() for q in names.get("x-mock-quirks", "").split(",")
+                           if q.strip())
+        if quirks - wire.CHAT_QUIRKS or (quirks and fmt is not wire.ChatCompletions):
+            return _json_reply(400, fmt.error_body(400, "x-mock-quirks are "
+                                                        + ", ".join(sorted(wire.CHAT_QUIRKS))
+                                                        + ", for Chat Completions only"))
         try:
             request = json.loads(body)
         except (UnicodeDecodeError, ValueError):
@@ -76,9 +90,19 @@ class MockApp:
         if not isinstance(request, dict):
             return _json_reply(400, fmt.error_body(400, "the body is not a JSON object"))
 
+        if request.get("tools") and quirks & {"tools-400", "tools-500"}:
+            # The words Ollama and llama.cpp use for a model or build without tools.
+            status, words = ((400, f"{request.get('model')} does not support tools")
+                             if "tools-400" in quirks else
+                             (500, "tools param requires --jinja flag"))
+            return _json_reply(status, fmt.error_body(status, words))
+        if "401" in faults:
+            return _json_reply(401, fmt.error_body(401, "invalid API key (mock)"))
+        if "500" in faults:
+            return _json_reply(500, fmt.error_body(500, "internal server error (mock)"))
         if "429" in faults:
             return _json_reply(429, fmt.error_body(429, "rate limit reached (mock)"),
-                               [("retry-after", "1")])
+                               [("retry-after", f"{self.retry_after:g}")])
         if "500-once" in faults:
             key = (path, names.get("x-mock-fault-key", ""))
             if key not in self._failed_once:
@@ -112,7 +136,7 @@ class MockApp:
                 answer = scripts.forced_tool_call(forced)
             except ValueError as exc:
                 return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
-        turn = _turn(request, body, names)
+        turn = _turn(request, body, names, quirks)
         if streaming:
             parts = fmt.stream(answer, turn)
             headers_out = [("content-type", "text/event-stream; charset=utf-8"),
@@ -136,6 +160,23 @@ class MockApp:
         expected = self.require_key if fmt.key_header == "x-api-key" else f"Bearer {self.require_key}"
         return hmac.compare_digest(sent.encode(), expected.encode())
 
+    def _faults(self, method: str, body: bytes) -> Reply:
+        """PUT {"faults": [...], "retry_after": seconds}: the instance's faults from now on."""
+        if method == "PUT":
+            try:
+                value = json.loads(body)
+                faults = frozenset(value["faults"])
+                retry_after = value.get("retry_after", self.retry_after)
+            except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+                return _json_reply(400, {"error": {"message": 'expected {"faults": [...]}'}})
+            if faults - FAULTS or not isinstance(retry_after, (int, float)) or retry_after < 0:
+                return _json_reply(400, {"error": {"message": "unknown faults or a bad "
+                                                              "retry_after"}})
+            self.faults, self.retry_after = faults, retry_after
+        elif method != "GET":
+            return _json_reply(405, {"error": {"message": f"{method} is not allowed"}})
+        return _json_reply(200, {"faults": sorted(self.faults), "retry_after": self.retry_after})
+
     def _requests(self, method: str) -> Reply:
         if method == "GET":
             return _json_reply(200, self.requests)
@@ -146,13 +187,18 @@ class MockApp:
 
 
 def _apply_cut(reply: Reply, faults: set, fmt, turn: wire.Turn) -> None:
-    """Stop the body half-way for drop, stall and error-event."""
+    """Stop the body half-way for drop, stall and error-event; at its start
+    for stall-start and error-first."""
     middle = len(reply.parts) // 2
     if "drop" in faults:
         # Cut inside a part, so the client is left with half an event too.
         cut = reply.parts[middle]
         reply.parts = reply.parts[:middle] + [cut[:len(cut) // 2]]
         reply.ending = Ending.DROP
+    elif "stall-start" in faults and reply.streaming:
+        reply.parts, reply.ending = [], Ending.STALL
+    elif "error-first" in faults and reply.streaming:
+        reply.parts = [fmt.error_event("the model is overloaded (mock)", turn, 0)]
     elif "stall" in faults:
         # A one-part (non-stream) body stalls half-way through its bytes.
         reply.parts = reply.parts[:middle] or [reply.parts[0][:len(reply.parts[0]) // 2]]
@@ -180,7 +226,7 @@ def _compress(reply: Reply, encoding: str) -> None:
         reply.headers.append(("content-length", str(sum(map(len, parts)))))
 
 
-def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:
+def _turn(request: dict, body: bytes, headers: dict, quirks: frozenset[str]) -> wire.Turn:
     model = request.get("model")
     options = request.get("stream_options")
     return wire.Turn(
@@ -188,7 +234,8 @@ def _turn(request: dict, body: bytes, headers: dict) -> wire.Turn:
         seed=hashlib.sha256(body).hexdigest()[:12],
         input_tokens=max(1, len(body) // 4),
         eol="\r\n" if headers.get("x-mock-line-ends", "").lower() == "crlf" else "\n",
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True)
+        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        quirks=quirks)
 
 
 def _delay(value: str | None) -> float:

@@ -19,19 +19,23 @@ from typing import Any
 import h11
 import trio
 
-from agent.mock_llm.app import Ending, MockApp, Reply
+from agent.mock_llm.app import FAULTS, Ending, MockApp, Reply
 
 RECEIVE_SIZE = 65536
 MAX_BODY = 8 * 1024 * 1024
 SERVER_HEADER = ("server", "homeagent-mock-llm")
-LISTENING = re.compile(r"mock-llm listening on (http://\S+)")  # the line main() prints
+REFUSE = "refuse"  # a fault of the instance only: no HTTP is spoken at all
+# the line main() prints once it serves (or refuses) on its port
+LISTENING = re.compile(r"mock-llm (?:listening|refusing connections) on (http://\S+)")
+
+__all__ = ["FAULTS", "REFUSE", "main", "serve", "spawn"]
 
 
-def spawn(python: str = sys.executable, **popen: Any) -> tuple[subprocess.Popen, str]:
-    """`homeagent mock-llm --port 0` as a child process: the process and its
-    base URL, read from the line it prints once listening. RuntimeError (the
-    child stopped) when it does not start."""
-    process = subprocess.Popen([python, "-m", "agent.cli", "mock-llm", "--port", "0"],
+def spawn(python: str = sys.executable, *args: str, **popen: Any) -> tuple[subprocess.Popen, str]:
+    """`homeagent mock-llm --port 0 ARGS` as a child process: the process and
+    its base URL, read from the line it prints once listening. RuntimeError
+    (the child stopped) when it does not start."""
+    process = subprocess.Popen([python, "-m", "agent.cli", "mock-llm", "--port", "0", *args],
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                **popen)
     line = process.stdout.readline()
@@ -49,6 +53,9 @@ async def serve(host: str = "127.0.0.1", port: int = 0, *, app: MockApp | None =
                 task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `nursery.start(serve, ...)` returns the bound port."""
     app = app if app is not None else MockApp(require_key)
+    if REFUSE in app.faults:
+        await _refuse_all(host, port, task_status)
+        return
     # A name such as "localhost" may give several listeners, each on its own
     # port when port is 0: serve the first only, so the printed address is all of it.
     first, *others = await trio.open_tcp_listeners(port, host=host)
@@ -61,6 +68,17 @@ async def serve(host: str = "127.0.0.1", port: int = 0, *, app: MockApp | None =
 
     task_status.started(first.socket.getsockname()[1])
     await trio.serve_listeners(handler, [first])
+
+
+async def _refuse_all(host: str, port: int, task_status) -> None:
+    """Hold the port bound and never listen on it: the kernel refuses every
+    connection, as for a server that is down, and no other program can take
+    the port meanwhile."""
+    family = trio.socket.AF_INET6 if ":" in host else trio.socket.AF_INET
+    with trio.socket.socket(family, trio.socket.SOCK_STREAM) as sock:
+        await sock.bind((host, port))
+        task_status.started(sock.getsockname()[1])
+        await trio.sleep_forever()
 
 
 async def _connection(app: MockApp, number: int, stream: trio.SocketStream) -> None:
@@ -138,18 +156,20 @@ async def _refuse(conn: h11.Connection, stream: trio.SocketStream, status: int,
         pass
 
 
-def main(host: str, port: int, require_key: str | None = None) -> int:
+def main(host: str, port: int, require_key: str | None = None,
+         faults: frozenset[str] = frozenset(), retry_after: float = 1.0) -> int:
     """Serve until SIGINT or SIGTERM, then exit 0."""
-    trio.run(_run, host, port, require_key)
+    trio.run(_run, host, port, MockApp(require_key, faults=faults, retry_after=retry_after))
     return 0
 
 
-async def _run(host: str, port: int, require_key: str | None) -> None:
+async def _run(host: str, port: int, app: MockApp) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            bound = await nursery.start(partial(serve, host, port, require_key=require_key))
+            bound = await nursery.start(partial(serve, host, port, app=app))
             shown = f"[{host}]" if ":" in host else host
-            print(f"mock-llm listening on http://{shown}:{bound}", flush=True)
+            doing = "refusing connections" if REFUSE in app.faults else "listening"
+            print(f"mock-llm {doing} on http://{shown}:{bound}", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break

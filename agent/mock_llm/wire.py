@@ -28,6 +28,20 @@ class Turn:
     input_tokens: int
     eol: str = "\n"
     include_usage: bool = False  # Chat Completions: stream_options.include_usage
+    quirks: frozenset[str] = frozenset()  # Chat Completions: CHAT_QUIRKS, as local servers send
+
+
+# What OpenAI-compatible local servers do differently (wire-quirks.md).
+CHAT_QUIRKS = frozenset({
+    "no-index",          # tool calls without index (Ollama, Gemini's compatibility layer)
+    "no-id",             # tool calls without id
+    "no-chunk-id",       # chunks without id
+    "object-arguments",  # the arguments as a JSON object in the call's one chunk
+    "reasoning",         # reasoning in delta.reasoning (vLLM, Ollama), not reasoning_content
+    "no-finish",         # no finish_reason at all; [DONE] ends the stream
+    "tools-400",         # tools refused with 400, as Ollama does for a model without tools
+    "tools-500",         # ... with 500, as llama.cpp does without --jinja
+})
 
 
 def pieces(text: str, size: int = DELTA_CHARS) -> list[str]:
@@ -118,24 +132,39 @@ class ChatCompletions:
 
     @staticmethod
     def stream(answer: Answer, turn: Turn) -> list[bytes]:
+        quirks = turn.quirks
         head = {"id": f"chatcmpl-mock-{turn.seed}", "object": "chat.completion.chunk",
                 "created": CREATED, "model": turn.model}
+        if "no-chunk-id" in quirks:
+            del head["id"]
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
+            if "no-finish" in quirks:
+                finish = None
             return sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                              "finish_reason": finish}]}, turn.eol)
 
+        def call(index: int, fields: dict) -> bytes:
+            return chunk({"tool_calls": [
+                fields if "no-index" in quirks else {"index": index, **fields}]})
+
+        reasoning = "reasoning" if "reasoning" in quirks else "reasoning_content"
         events = [chunk({"role": "assistant", "content": ""})]
-        events += [chunk({"reasoning_content": p}) for p in pieces(answer.reasoning)]
+        events += [chunk({reasoning: p}) for p in pieces(answer.reasoning)]
         events += [chunk({"content": p}) for p in pieces(answer.text)]
         for index in range(answer.tool_use.count if answer.tool_use else 0):
             # The head (id, type, name) comes first, the arguments in pieces after it.
-            events.append(chunk({"tool_calls": [{
-                "index": index, "id": f"call_mock_{turn.seed}" + (f"_{index}" if index else ""),
-                "type": "function",
-                "function": {"name": answer.tool_use.name, "arguments": ""}}]}))
-            events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
-                       for p in argument_pieces(answer)]
+            fields = {"id": f"call_mock_{turn.seed}" + (f"_{index}" if index else ""),
+                      "type": "function", "function": {"name": answer.tool_use.name,
+                                                       "arguments": ""}}
+            if "no-id" in quirks:
+                del fields["id"]
+            if "object-arguments" in quirks and answer.tool_use.raw is None:
+                fields["function"]["arguments"] = answer.tool_use.arguments
+                events.append(call(index, fields))
+                continue
+            events.append(call(index, fields))
+            events += [call(index, {"function": {"arguments": p}}) for p in argument_pieces(answer)]
         events.append(chunk({}, "tool_calls" if answer.tool_use else "stop"))
         if turn.include_usage:
             events.append(sse({**head, "choices": [], "usage": ChatCompletions._usage(answer, turn)},

@@ -5,6 +5,7 @@ from agent.providers.client import (
     Answer,
     Backoff,
     ProviderHTTPError,
+    ToolsUnsupported,
     UpstreamError,
     UpstreamUnavailable,
     stream_answer,
@@ -21,5 +22,5 @@ from agent.providers.requests import (
 )
 
 __all__ = ["PROTOCOLS", "Answer", "AssistantTurn", "Backoff", "Conversation", "Provider",
-           "ProviderHTTPError", "Tool", "ToolResult", "UpstreamError", "UpstreamUnavailable",
+           "ProviderHTTPError", "Tool", "ToolsUnsupported", "ToolResult", "UpstreamError", "UpstreamUnavailable",
            "UserTurn", "build_request", "stream_answer"]

@@ -12,7 +12,8 @@ Answer comes back. The rules:
   connection failures, 408, 429 and 5xx, only while no event has been
   forwarded: once the caller has seen a delta, a retry would repeat it.
 - A non-2xx answer that is not retried raises ProviderHTTPError with the
-  provider's own error message. Failing before any event raises
+  provider's own error message; ToolsUnsupported when the request carried
+  tools and the error is about them (never retried). Failing before any event raises
   UpstreamUnavailable. Neither ever holds the API key.
 - A body that stops after events were forwarded (connection lost, read
   timeout, the overall deadline) is not an exception: the Answer holds the
@@ -86,6 +87,19 @@ class ProviderHTTPError(UpstreamError):
         self.status = status
         self.message = message
         self.retry_after = retry_after
+
+
+class ToolsUnsupported(ProviderHTTPError):
+    """A request with tools refused for them (400 or 500 naming tools): a
+    model or server build without tool support. Not retried: it would be
+    refused again."""
+
+
+def refuses_tools(status: int, message: str) -> bool:
+    """Whether an error status of a request that carried tools is about the
+    tools. Ollama answers 400 "... does not support tools", llama.cpp 500
+    "tools param requires --jinja flag", vLLM 400 about tool choice."""
+    return status in (400, 422, 500, 501) and "tool" in message.lower()
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -245,6 +259,8 @@ async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict
                                  timeout=timeout) as response:
             if not 200 <= response.status_code < 300:
                 error = await _http_error(provider, response)
+                if body.get("tools") and refuses_tools(error.status, error.message):
+                    raise ToolsUnsupported(provider.name, error.status, error.message)
                 if response.status_code in RETRY_STATUSES or response.status_code >= 500:
                     raise _Retry(error, error.retry_after)
                 raise error

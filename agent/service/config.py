@@ -26,6 +26,7 @@ from agent.devices import device_types
 from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
 from agent.devices.hub import DeviceSpec
 from agent.masking import MIN_SECRET_CHARS
+from agent.providers.health import Policy, fallback_cycle
 from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_lines import syntax_error
 from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
@@ -64,7 +65,10 @@ _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "resta
 _TOOL_KEYS = ("name", "description", "parameters", "timeout")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
 _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
-                  "retries", "headers", *_PROVIDER_OPTIONAL)
+                  "retries", "headers", "fallback", "cooldown", "max_cooldown",
+                  "retry_without_tools",
+                  *_PROVIDER_OPTIONAL)
+MAX_COOLDOWN = 86400.0  # a day: a longer wait is a disabled provider, which has its own state
 
 
 def load(path: str, environ: Mapping[str, str] = os.environ) -> Config:
@@ -139,6 +143,10 @@ model = {json.dumps(model)}
 # read_timeout = 60.0
 # total_timeout = 300.0
 # retries = 3
+# fallback = []           # providers to hand an ask to, in order, when this one fails
+# cooldown = 30.0         # seconds a failed provider is passed over; doubles per failure
+# max_cooldown = 1800.0
+# retry_without_tools = false   # a model that refuses tools is asked again without them
 """
 
 
@@ -256,8 +264,31 @@ def _providers(table: Table, environ: Mapping[str, str], config_dir: str,
     for name in table.values:
         if not PROVIDER_NAME.fullmatch(name):
             raise table.error(name, "a provider name is 1 to 64 letters, digits, '_', '.' or '-'")
-    return {name: _provider(table.table(name, _PROVIDER_KEYS), environ, config_dir, warnings)
-            for name in table.values}
+    providers = {name: _provider(table.table(name, _PROVIDER_KEYS), environ, config_dir,
+                                 warnings)
+                 for name in table.values}
+    _check_fallbacks(table, providers)
+    return providers
+
+
+def _check_fallbacks(table: Table, providers: Mapping[str, ProviderEntry]) -> None:
+    """Each fallback names another configured provider, and following them never comes back."""
+    fallbacks = {name: entry.fallback for name, entry in providers.items()}
+    for name, entry in providers.items():
+        where = table.table(name)
+        for other in entry.fallback:
+            if other == name:
+                raise where.error("fallback", f"{name!r} names itself; a fallback is another "
+                                              "provider")
+            if other not in providers:
+                raise where.error("fallback", f"no provider named {other!r} (configured: "
+                                              f"{', '.join(providers)})")
+        if len(set(entry.fallback)) != len(entry.fallback):
+            raise where.error("fallback", "names a provider more than once")
+        cycle = fallback_cycle(name, fallbacks)
+        if cycle is not None:
+            raise where.error("fallback", "the fallbacks go round in a cycle: "
+                                          + " -> ".join(cycle))
 
 
 def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
@@ -277,7 +308,17 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
         problem = str(error).removeprefix(f"provider {name!r}: ")
         field = problem.split(" ", 1)[0]
         raise table.error(field if field in settings else None, problem) from None
-    return ProviderEntry(provider, table.integer("retries", 3, 0, 10))
+    fallback = table.get("fallback", list, [])
+    if not all(isinstance(other, str) for other in fallback):
+        raise table.error("fallback", "expected an array of provider names")
+    cooldown = table.number("cooldown", 30.0, 0.001, MAX_COOLDOWN)
+    max_cooldown = table.number("max_cooldown", max(1800.0, cooldown), 0.001, MAX_COOLDOWN)
+    if max_cooldown < cooldown:
+        raise table.error("max_cooldown", f"must be at least cooldown ({cooldown:g}), "
+                                          f"got {max_cooldown:g}")
+    return ProviderEntry(provider, table.integer("retries", 3, 0, 10), tuple(fallback),
+                         Policy(cooldown, max_cooldown),
+                         table.get("retry_without_tools", bool, False))
 
 
 def _headers(table: Table) -> dict[str, str]:

@@ -18,8 +18,8 @@ from agent.jsontypes import is_type
 from agent.service.config_lines import dotted, locate
 
 REQUIRED: Any = object()
-_EXPECTED = {int: "an integer", float: "a number", str: "a string", list: "an array",
-             dict: "a table"}
+_EXPECTED = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "an array", dict: "a table"}
 _KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
           (list, "an array"), (dict, "a table"))
 

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from agent.devices.hub import DeviceSpec
+from agent.providers.health import Policy
 from agent.providers.requests import Provider
 
 
@@ -15,6 +16,9 @@ from agent.providers.requests import Provider
 class ProviderEntry:
     provider: Provider
     retries: int
+    fallback: tuple[str, ...] = ()  # as written; failover_order() follows them further
+    policy: Policy = Policy()       # its cooldowns after failures
+    retry_without_tools: bool = False  # a request refused for its tools is sent again without
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,8 @@ def main(config_path: str, environ: Mapping[str, str] = os.environ) -> int:
 
 
 def upstreams_of(config: Config) -> dict[str, Upstream]:
-    return {name: Upstream(entry.provider, entry.retries)
+    return {name: Upstream(entry.provider, entry.retries, entry.fallback, entry.policy,
+                           entry.retry_without_tools)
             for name, entry in config.providers.items()}
 
 
@@ -169,7 +170,8 @@ class _Daemon:
                 "pid": os.getpid(), "uptime": round(time.monotonic() - self.started, 3),
                 "config": config.path, "socket": self.bound.where,
                 "default_provider": config.default_provider,
-                "providers": [_provider_status(name, entry.provider, config)
+                "providers": [{**_provider_status(name, entry, config),
+                               **self.runner.health.snapshot(name, entry.provider.model)}
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
                 "tools": [tool.name for tool in self.devices.tools()]}
@@ -269,11 +271,12 @@ def _device_settings(config: Config) -> dict:
     return {name: (spec.common, dict(spec.settings)) for name, spec in config.devices.items()}
 
 
-def _provider_status(name: str, provider, config: Config) -> dict:
+def _provider_status(name: str, entry, config: Config) -> dict:
     # base_url holds no user:password@: the config refuses it
+    provider = entry.provider
     return {"name": name, "protocol": provider.protocol, "model": provider.model,
             "base_url": provider.base_url, "default": name == config.default_provider,
-            "key": bool(provider.api_key)}
+            "key": bool(provider.api_key), "fallback": list(entry.fallback)}
 
 
 # ---- the listening socket ----

@@ -35,6 +35,19 @@ storage_error saying why, not with an error that would lose the text. So
 does an exchange too large for sessions.max_bytes even trimmed to its
 prompt and last step (too_large_to_keep); the session stays as it was.
 
+Failover: an ask goes to the first provider of its failover order (the
+provider, then its `fallback` list, followed depth first) that its health
+(agent/providers/health.py) admits; when none is admitted, to the first not
+disabled (trying beats not answering). A first request that fails before
+any reply of the answer went out (no connection, a timeout, a 5xx, a 429
+after its retries, a refused key, an error event or an error body before
+the first delta, a body that is no stream) hands the ask to the next
+admitted provider, with a failover reply saying which failed and why. Once
+a delta, reasoning, a tool call or a warning was sent, the ask stays with
+its provider: a second answer after part of a first would be nonsense to
+the client and to the history. Every request's outcome goes into the
+provider's health, in later steps too.
+
 Damage: an upstream event the decoder had to drop (not JSON, too large...)
 is a warning as it happens; done counts them in dropped_events, and the
 stored message keeps the same counts, so the history shows the turn as
@@ -43,6 +56,7 @@ damaged rather than as a whole answer.
 
 from __future__ import annotations
 
+import enum
 import logging
 import secrets
 from dataclasses import dataclass
@@ -51,6 +65,7 @@ from typing import Awaitable, Callable, Mapping
 import httpx
 import trio
 
+from agent import masking
 from agent.api import replies
 from agent.api.replies import ErrorCode
 from agent.providers import (
@@ -58,10 +73,12 @@ from agent.providers import (
     Conversation,
     ProviderHTTPError,
     ToolResult,
+    ToolsUnsupported,
     UpstreamError,
     UserTurn,
     stream_answer,
 )
+from agent.providers.health import HealthBoard, Policy, State, failover_order
 from agent.providers.requests import Provider
 from agent.devices.hub import ToolOutcome
 from agent.session.store import StorageError, TooLargeToKeep, check_session_id
@@ -93,29 +110,47 @@ log = logging.getLogger("homeagent.session")
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
-    """A configured provider and its retry budget."""
+    """A configured provider, its retry budget, its fallbacks and cooldowns."""
     provider: Provider
     retries: int = 3
+    fallback: tuple[str, ...] = ()
+    policy: Policy = Policy()
+    retry_without_tools: bool = False
 
 
 NO_TOOLS = ToolOutcome("no tools are available: nothing was run", True)
 
 
-class AskFailed(Exception):
-    """An ask that ended without an answer, carrying its error reply."""
+class Blame(enum.Enum):
+    """What a failed request says about its provider's health."""
+    NONE = "none"                # nothing: a bad request, a cancelled ask
+    FAILED = "failed"            # it cools, and a first request fails over
+    KEY_REFUSED = "key_refused"  # 401 or 403: disabled until the config is reloaded
 
-    def __init__(self, reply: replies.Error) -> None:
+
+class AskFailed(Exception):
+    """An ask that ended without an answer, carrying its error reply; for a
+    failed request also what it says about the provider (blame, a 429's
+    retry_after) and whether any reply of its answer was sent (delivered)."""
+
+    def __init__(self, reply: replies.Error, blame: Blame = Blame.NONE,
+                 retry_after: float | None = None, delivered: bool = True) -> None:
         super().__init__(reply.message)
         self.reply = reply
+        self.blame = blame
+        self.retry_after = retry_after
+        self.delivered = delivered
 
 
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
                  default_provider: str, system_prompt: str | None, devices=None,
-                 ask_limits: AskLimits = AskLimits()) -> None:
+                 ask_limits: AskLimits = AskLimits(),
+                 health: HealthBoard | None = None) -> None:
         self.store = store
         self.client = client
         self.devices = devices  # a DeviceHub, or None: no tools
+        self.health = health if health is not None else HealthBoard()
         self.configure(upstreams, default_provider, system_prompt, ask_limits)
         self._session_locks: dict[str, trio.Lock] = {}
         self._store_lock = trio.Lock()  # the store is not thread-safe: one call at a time
@@ -124,6 +159,7 @@ class Runner:
                   system_prompt: str | None, ask_limits: AskLimits = AskLimits()) -> None:
         """Swap providers, prompt and limits (config reload); asks in flight keep theirs."""
         self.upstreams = dict(upstreams)
+        self.health.reconfigure({(name, u.provider.model): u for name, u in upstreams.items()})
         self.default_provider = default_provider
         self.system_prompt = system_prompt
         self.ask_limits = ask_limits
@@ -140,11 +176,13 @@ class Runner:
     async def _ask(self, prompt: str, session: str | None, provider_name: str | None,
                    emit: Emit) -> None:
         name = provider_name or self.default_provider
-        upstream = self.upstreams.get(name)
-        if upstream is None:
+        if name not in self.upstreams:
             raise AskFailed(replies.Error(
                 ErrorCode.UNKNOWN_PROVIDER, f"no provider named {name!r}; configured: "
                 f"{', '.join(sorted(self.upstreams))}"))
+        upstreams = self.upstreams  # a reload during the ask does not change its chain
+        chain = [upstreams[n] for n in failover_order(
+            name, {n: u.fallback for n, u in upstreams.items()})]
         session = session or "s-" + secrets.token_hex(6)
         try:
             check_session_id(session)
@@ -153,28 +191,85 @@ class Runner:
         lock = self._session_locks.setdefault(session, trio.Lock())
         try:
             async with lock:
-                await self._exchange(prompt, session, upstream, lock, emit)
+                await self._exchange(prompt, session, chain, lock, emit)
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting \
                     and self._session_locks.get(session) is lock:
                 del self._session_locks[session]  # no ask of this session left
 
-    async def _exchange(self, prompt: str, session: str, upstream: Upstream, lock: trio.Lock,
+    def health_of(self, upstream: Upstream):
+        provider = upstream.provider
+        return self.health.get(provider.name, provider.model, upstream.policy, upstream)
+
+    def _next_admitted(self, chain: list[Upstream], after: int) -> int | None:
+        """The index of the first provider past `after` its health admits;
+        the ones passed over count it."""
+        for index in range(after + 1, len(chain)):
+            health = self.health_of(chain[index])
+            if health.admit():
+                return index
+            health.skipped += 1
+        return None
+
+    def _first(self, chain: list[Upstream]) -> int:
+        """Where an ask goes first: the first admitted provider, else the first
+        not disabled; none at all is the ask's error."""
+        index = self._next_admitted(chain, -1)
+        if index is not None:
+            return index
+        for index, upstream in enumerate(chain):
+            if self.health_of(upstream).state is not State.DISABLED:
+                return index
+        raise AskFailed(replies.Error(ErrorCode.PROVIDER_DISABLED, "; ".join(
+            f"{u.provider.name} is disabled until the config is reloaded "
+            f"({self.health_of(u).last_error})" for u in chain)))
+
+    async def _announce(self, upstream: Upstream, emit: Emit, reply: replies.Reply) -> None:
+        """Say where the ask goes; an ask cancelled here gives the half-open try back."""
+        try:
+            await emit(reply)
+        except BaseException:
+            self.health_of(upstream).release()
+            raise
+
+    async def _exchange(self, prompt: str, session: str, chain: list[Upstream], lock: trio.Lock,
                         emit: Emit) -> None:
         history = await self._store(self.store.load, session)
+        index = self._first(chain)
+        upstream = chain[index]
         provider = upstream.provider
-        await emit(replies.Started(session, provider.name, provider.model))
+        await self._announce(upstream, emit, replies.Started(session, provider.name,
+                                                             provider.model))
         exchange: list = [UserTurn(prompt)]
         messages: list[Message] = []
         attempts = 0
         text_bytes = 0  # of every step so far, against limits.answer_bytes
         limits = self.ask_limits
         for step in range(1, limits.steps + 1):
-            # The last request may still ask for tools; they are not run.
-            answer, outcomes = await self._step(
-                upstream, Conversation(self.system_prompt, [*history, *exchange]), emit,
-                limits, run_tools=step < limits.steps, earlier=messages,
-                text_budget=limits.answer_bytes - text_bytes)
+            conversation = Conversation(self.system_prompt, [*history, *exchange])
+            while True:
+                try:
+                    # The last request may still ask for tools; they are not run.
+                    answer, outcomes = await self._step(
+                        upstream, conversation, emit, limits, run_tools=step < limits.steps,
+                        earlier=messages, text_budget=limits.answer_bytes - text_bytes)
+                    break
+                except AskFailed as failure:
+                    following = None
+                    if step == 1 and not failure.delivered and failure.blame is not Blame.NONE:
+                        following = self._next_admitted(chain, index)
+                    if following is None:
+                        raise
+                    self.health_of(upstream).failovers += 1
+                    failed, index = upstream.provider, following
+                    upstream = chain[index]
+                    log.warning("%s failed (%s); the ask goes to %s", failed.name,
+                                failure.reply.message, upstream.provider.name)
+                    await self._announce(upstream, emit, replies.Failover(
+                        failed.name, failure.reply.code, failure.reply.message,
+                        upstream.provider.name, upstream.provider.model,
+                        None if failure.reply.status is replies.ABSENT
+                        else failure.reply.status))
             attempts += answer.attempts
             text_bytes += answer.text_bytes
             message = answer.message
@@ -218,6 +313,9 @@ class Runner:
         tools = self.devices.tools() if self.devices else []
         outcomes: dict[int, ToolOutcome] = {}
         completed = 0  # calls of this answer completed so far
+        health = self.health_of(upstream)
+        began = self.health.now()
+        first_reply: float | None = None  # when the first reply of this answer went out
 
         async def run_tool(call) -> None:
             outcomes[id(call)] = await self.devices.call_tool(call)
@@ -226,9 +324,11 @@ class Runner:
 
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
-                nonlocal completed, unyielded
+                nonlocal completed, unyielded, first_reply
                 reply = event_reply(event)
                 if reply is not None:
+                    if first_reply is None:
+                        first_reply = self.health.now()
                     await emit(reply)
                     # One network read can decode into many replies: let the
                     # clients' writers run between them, so a reading client's
@@ -255,21 +355,47 @@ class Runner:
                         outcomes[id(event.tool_call)] = NO_TOOLS
 
             try:
-                answer = await stream_answer(self.client, provider, conversation, tools,
-                                             on_event=forward, retries=upstream.retries,
-                                             max_tool_arguments=limits.argument_bytes,
-                                             max_text_bytes=text_budget)
+                try:
+                    answer = await stream_answer(self.client, provider, conversation, tools,
+                                                 on_event=forward, retries=upstream.retries,
+                                                 max_tool_arguments=limits.argument_bytes,
+                                                 max_text_bytes=text_budget)
+                except ToolsUnsupported as exc:
+                    if not upstream.retry_without_tools:
+                        raise
+                    log.warning("%s; asking it again without tools", exc)
+                    await emit(replies.UpstreamWarning(
+                        ErrorCode.TOOLS_UNSUPPORTED.value,
+                        f"{exc}; asked again without tools, which it cannot call now"))
+                    answer = await stream_answer(self.client, provider, conversation, [],
+                                                 on_event=forward, retries=upstream.retries,
+                                                 max_tool_arguments=limits.argument_bytes,
+                                                 max_text_bytes=text_budget)
                 failure = _failure(provider.name, answer, earlier)
+            except ToolsUnsupported as exc:
+                # The model's or the server's limit, not an outage: health stays as it is.
+                failure = AskFailed(replies.Error(
+                    ErrorCode.TOOLS_UNSUPPORTED, f"{exc}; the devices' tools cannot be offered "
+                    "to it (retry_without_tools = true asks it without them)",
+                    status=exc.status))
             except ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
-                                                  status=exc.status))
+                                                  status=exc.status), _http_blame(exc.status),
+                                    exc.retry_after)
             except UpstreamError as exc:
-                failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)))
+                failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)),
+                                    Blame.FAILED)
+            except BaseException:
+                health.release()  # cancelled: no verdict on the provider
+                raise
             if failure is not None:
+                failure.delivered = first_reply is not None
                 calls.cancel_scope.cancel()  # tools of a failed answer are not waited for
         # Raised out here, not from inside the nursery, so it stays an AskFailed.
         if failure is not None:
+            _judge(health, failure)
             raise failure
+        health.succeeded(None if first_reply is None else first_reply - began)
         # A call the decoder completed without a ToolCallDone cannot happen;
         # should one, it gets a result rather than a KeyError.
         for call in answer.message.tool_calls:
@@ -293,6 +419,25 @@ class Runner:
             return await trio.to_thread.run_sync(call, *args)
 
 
+def _http_blame(status: int) -> Blame:
+    if status in (401, 403):
+        return Blame.KEY_REFUSED
+    # What stream_answer retries: the server's trouble, not the request's.
+    # Another 4xx is the request's fault, and another provider would refuse it too.
+    return Blame.FAILED if status in (408, 429) or status >= 500 else Blame.NONE
+
+
+def _judge(health, failure: AskFailed) -> None:
+    """A failed request into its provider's health."""
+    error = masking.mask(failure.reply.message)
+    if failure.blame is Blame.KEY_REFUSED:
+        health.disable(error)
+    elif failure.blame is Blame.FAILED:
+        health.failed(error, failure.retry_after)
+    else:
+        health.release()
+
+
 def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
     """Why a streamed answer is not an answer, or None when it is one. The
     text of a cut answer is all its deltas carried, earlier steps' included."""
@@ -301,11 +446,13 @@ def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
         return AskFailed(replies.Error(
             ErrorCode.PROVIDER_ERROR,
             f"{provider}: {error.message or 'error event without a message'}",
-            provider_type=error.type))
+            provider_type=error.type), Blame.FAILED)
     if answer.refused is not None:
-        return AskFailed(replies.Error(ErrorCode.NOT_A_STREAM, f"{provider}: {answer.refused}"))
+        return AskFailed(replies.Error(ErrorCode.NOT_A_STREAM, f"{provider}: {answer.refused}"),
+                         Blame.FAILED)
     text = "".join(m.text for m in (*earlier, answer.message))
     if answer.too_large is not None:
+        # The model's length, not the provider's health; deltas went out: no failover.
         return AskFailed(replies.Error(
             ErrorCode.ANSWER_TOO_LARGE, f"{provider}: {answer.too_large} "
             "(sessions.max_answer_bytes); not kept in the history", text=text))
@@ -314,7 +461,7 @@ def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
                                      else "the stream ended early")
         return AskFailed(replies.Error(
             ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why}); "
-            "not kept in the history", text=text))
+            "not kept in the history", text=text), Blame.FAILED)
     return None
 
 

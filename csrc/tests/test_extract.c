@@ -111,6 +111,10 @@ static void test_chat_tools_finish_usage_done(check_counts *c)
     /* a tool call without index (Ollama) keeps sub = -1 */
     feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"x\",\"function\":{\"name\":\"n\",\"arguments\":\"{}\"}}]}}]}\n\n");
     CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_SUB] == -1 && rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && rec(f, 1)[HA_WORD_SUB] == -1);
+    /* arguments sent as an object, not a string: its bytes as sent, escapes and all */
+    feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"a\": [1, \"\\u00e9\"]}}}]}}]}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS &&
+                 span_is(f, 1, HA_WORD_S1, "{\"a\": [1, \"\\u00e9\"]}"));
     free(f);
 }
 

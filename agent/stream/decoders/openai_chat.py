@@ -6,7 +6,11 @@ Tool calls are keyed by their `index` within a choice; a server that omits it
 starts a new call, arguments without index extend the latest one. Ids and
 names are set once: DeepSeek and Qwen repeat them in every chunk, and a later
 chunk never erases or extends them. Calls complete at the choice's
-finish_reason or at [DONE].
+finish_reason or at [DONE]; a call that never got an id (Ollama, some
+proxies) then gets `call_ha_<choice>_<position>`, so that its result can be
+matched to it in the next request. A choice that [DONE] ends without a
+finish_reason (some local servers send none) finished: `tool_calls` when it
+called tools, else `stop`, with raw_finish_reason None saying it was inferred.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from agent.stream.decoders.base import (
     build_message,
 )
 from agent.stream.records import Protocol
-from agent.stream.message import Message, merge_usage, normalise_finish
+from agent.stream.message import FinishReason, Message, merge_usage, normalise_finish
 
 
 class _Choice:
@@ -105,8 +109,11 @@ class OpenAIChatDecoder(ProviderDecoder):
             elif kind is rec.StreamEnd:
                 self._ended = True
                 for index, choice in sorted(self._choices.items()):
-                    for call in choice.calls:
-                        self._done(call, out, index)
+                    self._complete(choice, index, out)
+                    if choice.message.finish_reason is None:
+                        reason = FinishReason.TOOL_CALLS if choice.calls else FinishReason.STOP
+                        choice.message.finish_reason = reason
+                        out.append(ev.MessageFinished(reason, None, index))
             else:
                 self._pass_through(e, out)
 
@@ -148,11 +155,15 @@ class OpenAIChatDecoder(ProviderDecoder):
         choice = self._choice(index)
         choice.message.finish_reason = normalise_finish(e.reason)
         choice.message.raw_finish_reason = e.reason
-        for call in choice.calls:
-            self._done(call, out, index)
+        self._complete(choice, index, out)
         out.append(ev.MessageFinished(choice.message.finish_reason, e.reason, index))
 
     def _truncate(self, out: list) -> None:
         for index, choice in sorted(self._choices.items()):
-            for call in choice.calls:
-                self._done(call, out, index, truncated=True)
+            self._complete(choice, index, out, truncated=True)
+
+    def _complete(self, choice: _Choice, index: int, out: list, **finish) -> None:
+        for call in choice.calls:
+            if call.id is None and call.done is None:
+                call.id = f"call_ha_{index}_{call.call}"
+            self._done(call, out, index, **finish)
