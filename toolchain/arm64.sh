@@ -15,7 +15,8 @@
 #                              wheel into a target dir; precompile bytecode
 #   toolchain/arm64.sh test    4. the C tests and the whole pytest suite, emulated
 #                              (runs stages 1-3 first if their output is missing),
-#                              then bench/daemon_bench.py emulated
+#                              then bench/daemon_bench.py and bench/token_bench.py
+#                              emulated
 #
 # Everything lives under ARM64_WORK (default build/arm64 in the checkout).
 # Environment: ARM64_WORK, HOMEAGENT_TEST_SCALE (0.2 in the emulated run),
@@ -26,7 +27,7 @@
 # site are rebuilt.
 set -euo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-all}" in
     all|sysroot|buildenv|wheel|site|test) job=${1:-all} ;;
     -h|--help) usage; exit 0 ;;
@@ -274,6 +275,15 @@ do_test() {
         "$PYARM" bench/daemon_bench.py --python "$PYARM" --rounds 40 --warmup 5 \
         --clients 20 --waves 2) 2>&1 | tee "$WORK/daemon-bench.txt" || rc=1
     STAGE_TIME[bench]=$((SECONDS - t0))
+
+    # CPU per streamed token, the daemon against its peers, emulated: a short
+    # stream and one round (about 3 minutes); read the ratios, not the times.
+    t0=$SECONDS
+    echo "== arm64: token bench, emulated"
+    (cd "$TREE/main" && env QEMU_LD_PREFIX="$SYSROOT" PYTHONPATH="$TSITE" \
+        "$PYARM" bench/token_bench.py --tokens 300 --rounds 1) 2>&1 \
+        | tee "$WORK/token-bench.txt" || rc=1
+    STAGE_TIME[token-bench]=$((SECONDS - t0))
 
     "$PYTHON" - "$WORK/pytest.xml" "$WORK/missing-peers.txt" <<'EOF'
 import sys, xml.etree.ElementTree as ET
