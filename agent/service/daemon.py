@@ -121,6 +121,10 @@ class _Daemon:
         self.bound = bound
         self.notifier = Notifier.from_environ(environ)
         self.started = time.monotonic()
+        # what `homeagent reload` waits for: the count of reloads done, and
+        # why the last one was refused (None: it was applied)
+        self.reloads = 0
+        self.reload_error: str | None = None
         self.devices = DeviceHub(config.devices)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
@@ -169,6 +173,7 @@ class _Daemon:
                 "pid": os.getpid(), "uptime": round(time.monotonic() - self.started, 3),
                 "config": config.path, "socket": self.bound.where,
                 "default_provider": config.default_provider,
+                "reloads": self.reloads, "reload_error": self.reload_error,
                 "providers": [_provider_status(name, entry.provider, config)
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
@@ -206,6 +211,8 @@ class _Daemon:
             new = load(old.path, self.environ)
         except ConfigError as exc:
             log.error("reload refused, the running configuration stays: %s", exc)
+            self.reloads += 1
+            self.reload_error = str(exc)
             self.notifier.ready("reload refused: bad configuration; running on the old one")
             return
         # The old keys too: an ask still running on one may have it echoed back.
@@ -223,6 +230,8 @@ class _Daemon:
         if _device_settings(new) != _device_settings(old):
             log.warning("reload: the devices changed; they take effect at the next start")
         self.config = new
+        self.reloads += 1
+        self.reload_error = None
         _warn(new)
         log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
                  new.default_provider)
