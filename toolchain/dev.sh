@@ -6,14 +6,17 @@
 #   toolchain/dev.sh test   also the C toolchains, then every test: C contract
 #                           tests (gcc, clang), sanitizers, the pytest suite,
 #                           then toolchain/arm64.sh: the aarch64 wheel, and the
-#                           C tests and the whole pytest suite under qemu-aarch64
+#                           C tests and the whole pytest suite under qemu-aarch64;
+#                           alongside, from when the wheels exist, toolchain/vm.sh:
+#                           the service on a booted Debian 12, x86_64 and aarch64
+#                           (its log in build/vm.log, its summary at the end)
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
 #
 # Debian packages are installed with apt-get (through sudo when not root).
 # The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     demo|test|fuzz) job=$1 ;;
     -h|--help) usage; exit 0 ;;
@@ -61,6 +64,13 @@ setup_c() {
         binutils qemu-user mmdebstrap
 }
 
+# toolchain/vm.sh: qemu-system for both architectures, and for the arm64
+# image's maintainer scripts qemu-user-static (binfmt_misc) and arch-test
+setup_vm() {
+    apt_install qemu-system-x86 qemu-system-arm qemu-utils seabios ipxe-qemu \
+        qemu-user-static arch-test mmdebstrap e2fsprogs
+}
+
 case "$job" in
 demo)
     setup_python ""
@@ -87,8 +97,34 @@ test)
         echo "dev.sh: building the wheelhouse failed" >&2
         exit 1
     fi
+    # the aarch64 wheel and site first: toolchain/vm.sh installs that wheel
+    for stage in sysroot wheel site; do
+        PYTHON="$VENV/bin/python" bash toolchain/arm64.sh "$stage"
+    done
+    # The VM stage (about 20 min fresh, mostly emulation on one core) runs
+    # beside the host and emulated suites, in a session of its own so that an
+    # early exit stops it whole.
+    setup_vm
+    vm_log=$root/build/vm.log
+    sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    echo "toolchain/vm.sh started in the background; its log: $vm_log"
+    setsid "${sudo[@]}" env PYTHON="$VENV/bin/python" bash toolchain/vm.sh >"$vm_log" 2>&1 &
+    vm_pid=$!
+    trap 'kill -- -"$vm_pid" 2>/dev/null || true' EXIT
     HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests
-    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh
+    arm64=0
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh test || arm64=$?
+    vm=0
+    wait "$vm_pid" || vm=$?
+    trap - EXIT
+    sed -n '/^== vm summary/,$p' "$vm_log"
+    [ "$vm" -eq 0 ] || echo "dev.sh: toolchain/vm.sh failed (exit $vm): see $vm_log" >&2
+    # pytest's closing line of the emulated run ends the log, as before
+    echo "emulated pytest (qemu-aarch64), closing line:"
+    grep -E '^=* *[0-9]+ (passed|failed|skipped|error|deselected).* in [0-9.]+s' \
+        "$root/build/arm64/pytest.log" | tail -n 1
+    [ "$arm64" -eq 0 ] && [ "$vm" -eq 0 ]
     ;;
 fuzz)
     setup_c
