@@ -11,7 +11,7 @@
 # VM_CACHE keyed by a hash of its recipe (toolchain/vm/image.sh and
 # toolchain/vm/guest/), built from nothing when absent; (2) the homeagent
 # wheel (x86_64: from this checkout; aarch64: toolchain/arm64.sh wheel, unless
-# build/arm64/dist has it), a copy with a bumped local version for the upgrade
+# build/arm64/dist has one newer than the sources), a copy with a bumped local version for the upgrade
 # check, and the dependencies' wheels for that architecture; (3) qemu boots the
 # image (snapshot=on: the image is never changed) with the wheels and
 # toolchain/vm/checks.py on a 9p share; the guest runs the checks at boot, the
@@ -27,7 +27,7 @@
 # (mmdebstrap --mode=root) and the Debian packages dev.sh installs.
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 job=run
 case "${1:-}" in
     -h|--help) usage; exit 0 ;;
@@ -110,7 +110,12 @@ wheels() {
         whl=$share/wheels/homeagent-$VERSION-cp311-cp311-linux_x86_64.whl
     else
         whl=$root/build/arm64/dist/homeagent-$VERSION-cp311-cp311-linux_aarch64.whl
-        [ -f "$whl" ] || PYTHON="$PYTHON" bash toolchain/arm64.sh wheel >&2
+        # built again when absent or older than a source file
+        local newest
+        newest=$(git ls-files -z agent csrc setup.py pyproject.toml | xargs -0 stat -c %Y | sort -n | tail -n 1)
+        if [ ! -f "$whl" ] || [ "$newest" -gt "$(stat -c %Y "$whl")" ]; then
+            PYTHON="$PYTHON" bash toolchain/arm64.sh wheel >&2
+        fi
         cp "$whl" "$share/wheels/"
         whl=$share/wheels/$(basename "$whl")
     fi
