@@ -111,7 +111,7 @@ test)
     echo "toolchain/vm.sh started in the background; its log: $vm_log"
     setsid "${sudo[@]}" env PYTHON="$VENV/bin/python" bash toolchain/vm.sh >"$vm_log" 2>&1 &
     vm_pid=$!
-    trap 'kill -- -"$vm_pid" 2>/dev/null || true' EXIT
+    trap 'kill -- -"$vm_pid" 2>/dev/null || kill "$vm_pid" 2>/dev/null || true' EXIT
     HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests
     arm64=0
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh test || arm64=$?
