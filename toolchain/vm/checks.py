@@ -443,8 +443,6 @@ def second_boot() -> None:
         ask()
         return f"running {server}"
 
-    journal_clean("second boot, upgrade")
-
     @check("uninstall removes the service and keeps config, credentials and history")
     def _():
         # a copy of the venv, put back at its own path for the --purge check
@@ -482,6 +480,8 @@ def second_boot() -> None:
         ensure(not added and not removed, f"added {added[:5]}, removed {removed[:5]}")
         return ("the tree is as before the install but for the accounts"
                 + (f"; left empty: {', '.join(empty)}" if empty else ""))
+
+    journal_clean("second boot: upgrade, uninstall")
 
 
 def main() -> None:
