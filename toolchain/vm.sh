@@ -22,7 +22,7 @@
 #
 # Environment: VM_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/homeagent-vm),
 # VM_WORK (default build/vm in the checkout: shares, logs), VM_TIMEOUT
-# (seconds per boot-to-poweroff run, default 1800), PYTHON (host interpreter
+# (seconds per boot-to-poweroff run, default 2700), PYTHON (host interpreter
 # with the package installed: .venv/bin/python if present). Needs root
 # (mmdebstrap --mode=root) and the Debian packages dev.sh installs.
 set -euo pipefail
@@ -47,7 +47,7 @@ cd "$root"
 VM_DIR=$root/toolchain/vm
 CACHE=${VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/homeagent-vm}
 WORK=${VM_WORK:-$root/build/vm}
-TIMEOUT=${VM_TIMEOUT:-1800}
+TIMEOUT=${VM_TIMEOUT:-2700}
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$root/.venv/bin/python" ]; then PYTHON=$root/.venv/bin/python; else PYTHON=python3; fi
 fi
@@ -76,6 +76,12 @@ image() {   # image ARCH: the cached image's directory, built if absent
         local t0=$SECONDS
         echo "vm: building the $arch image (mmdebstrap)" >&2
         mkdir -p "$CACHE"
+        # a build killed midway may have left mounts in its tree: never
+        # remove through them
+        if grep -qF " $CACHE/image-$arch-" /proc/mounts; then
+            echo "vm.sh: mounts left under $CACHE (see /proc/mounts): unmount them first" >&2
+            exit 1
+        fi
         # older images of this architecture are stale now
         rm -rf "$CACHE/image-$arch-"*
         build_image "$arch" "$dir.tmp" >&2
