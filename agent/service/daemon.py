@@ -171,9 +171,9 @@ class _Daemon:
         config = self.config
         return {"server": f"homeagent {__version__}", "protocol": PROTOCOL_VERSION,
                 "pid": os.getpid(), "uptime": round(time.monotonic() - self.started, 3),
+                "reloads": self.reloads, "reload_error": self.reload_error,
                 "config": config.path, "socket": self.bound.where,
                 "default_provider": config.default_provider,
-                "reloads": self.reloads, "reload_error": self.reload_error,
                 "providers": [_provider_status(name, entry.provider, config)
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
