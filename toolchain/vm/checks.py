@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -150,7 +151,6 @@ def start_mock() -> subprocess.Popen:
     mock = subprocess.Popen([HOMEAGENT, "mock-llm", "--port", str(MOCK_PORT),
                              "--require-key", KEY],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import socket
 
     def listening() -> bool:
         with socket.socket() as probe:
