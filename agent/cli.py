@@ -144,6 +144,13 @@ def _forget(args: argparse.Namespace) -> int:
     return 0
 
 
+@_client_command
+def _reload(args: argparse.Namespace) -> int:
+    from agent.service import reload
+
+    return reload.reload(args.pid, args.socket, args.timeout)
+
+
 def _install(args: argparse.Namespace) -> int:
     from agent.service import install
 
@@ -194,6 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     forget = sub.add_parser("forget", parents=[client], help="delete a session's history")
     forget.add_argument("session")
     forget.set_defaults(func=_forget)
+
+    from agent.service.reload import DEFAULT_TIMEOUT
+
+    reload = sub.add_parser("reload", help="send the daemon SIGHUP and wait until it has "
+                            "reloaded its config (the unit's ExecReload=); exit 1 if it "
+                            "refused the config")
+    reload.add_argument("--pid", type=int, required=True, help="the daemon's process id")
+    reload.add_argument("--socket", default=default_socket(),
+                        help="the daemon's socket ($HOMEAGENT_SOCKET, default %(default)s)")
+    reload.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds to wait (default %(default)g)")
+    reload.set_defaults(func=_reload)
 
     demo = sub.add_parser("demo", help="start a mock model server and the daemon, ask, "
                           "stream the answer, stop both")

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -440,6 +441,68 @@ def test_bad_reload_keeps_the_running_config(tmp_path, mock):
             assert replies[-1]["type"] == "done" and text == ANSWER
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+def _reload_command(daemon: Daemon, pid: int | None = None) -> subprocess.CompletedProcess:
+    """`homeagent reload`, as the unit's ExecReload= runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "reload", "--pid", str(pid or daemon.process.pid),
+         "--socket", daemon.socket_path, "--timeout", str(timeout(30))],
+        env=child_env(), capture_output=True, text=True, timeout=timeout(60))
+
+
+def test_reload_command_returns_once_the_new_config_is_in_use(tmp_path, mock):
+    """What systemctl reload waits for on systemd 252: when `homeagent reload`
+    exits 0, the daemon already serves the new config; a refused config makes
+    it exit 1 and names the key, and the daemon runs on."""
+    daemon = Daemon(tmp_path, mock.url)
+    daemon.start()
+    try:
+        with daemon.client() as client:
+            assert client.call("status")["reloads"] == 0
+            for round_ in range(1, 4):
+                daemon.providers[f"extra{round_}"] = {}
+                daemon.write_config()
+                done = _reload_command(daemon)
+                assert done.returncode == 0, (done.stdout, done.stderr)
+                # no waiting here: the reload is complete when the command returns
+                status = client.call("status")
+                assert status["reloads"] == round_ and status["reload_error"] is None
+                assert [p["name"] for p in status["providers"]][-1] == f"extra{round_}"
+                assert f"extra{round_}" in done.stdout
+            daemon.providers["extra1"] = {"retries": "many"}
+            daemon.write_config()
+            refused = _reload_command(daemon)
+            assert refused.returncode == 1, (refused.stdout, refused.stderr)
+            assert "reload refused" in refused.stderr
+            assert "providers.extra1.retries" in refused.stderr
+            status = client.call("status")
+            assert status["reloads"] == 4 and "providers.extra1.retries" in status["reload_error"]
+            assert [p["name"] for p in status["providers"]] == ["mock", "extra1", "extra2",
+                                                                "extra3"]
+            assert ask_text(client, "hello")[0] == ANSWER
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_reload_command_signals_only_the_daemon_at_the_socket(tmp_path, mock):
+    daemon = Daemon(tmp_path, mock.url)
+    daemon.start()
+    try:
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        try:
+            wrong = _reload_command(daemon, pid=other.pid)
+            assert wrong.returncode == 1 and f"not {other.pid}" in wrong.stderr, wrong.stderr
+            assert other.poll() is None  # no SIGHUP: it would have ended
+        finally:
+            other.kill()
+            other.wait()
+        with daemon.client() as client:
+            assert client.call("status")["reloads"] == 0
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    gone = _reload_command(daemon, pid=12345)
+    assert gone.returncode == 3 and "not running" in gone.stderr, gone.stderr
 
 
 # ---- kill -9 in the middle of an answer ----

@@ -8,14 +8,16 @@
 #                           then toolchain/arm64.sh: the aarch64 wheel, and the
 #                           C tests and the whole pytest suite under qemu-aarch64
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
+#   toolchain/dev.sh vm     also qemu-system, then toolchain/vm.sh: the service
+#                           on a booted Debian 12, x86_64 and aarch64 (as root)
 #
 # Debian packages are installed with apt-get (through sudo when not root).
 # The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
-    demo|test|fuzz) job=$1 ;;
+    demo|test|fuzz|vm) job=$1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
 esac
@@ -61,6 +63,13 @@ setup_c() {
         binutils qemu-user mmdebstrap
 }
 
+# toolchain/vm.sh: qemu-system for both architectures, and for the arm64
+# image's maintainer scripts qemu-user-static (binfmt_misc) and arch-test
+setup_vm() {
+    apt_install qemu-system-x86 qemu-system-arm qemu-utils seabios ipxe-qemu \
+        qemu-user-static arch-test mmdebstrap e2fsprogs
+}
+
 case "$job" in
 demo)
     setup_python ""
@@ -89,6 +98,14 @@ test)
     fi
     HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh
+    ;;
+vm)
+    setup_c
+    setup_python test
+    setup_vm
+    sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    "${sudo[@]}" env PYTHON="$VENV/bin/python" bash toolchain/vm.sh
     ;;
 fuzz)
     setup_c

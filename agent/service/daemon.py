@@ -122,6 +122,10 @@ class _Daemon:
         self.bound = bound
         self.notifier = Notifier.from_environ(environ)
         self.started = time.monotonic()
+        # what `homeagent reload` waits for: the count of reloads done, and
+        # why the last one was refused (None: it was applied)
+        self.reloads = 0
+        self.reload_error: str | None = None
         self.devices = DeviceHub(config.devices)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
@@ -168,6 +172,7 @@ class _Daemon:
         config = self.config
         return {"server": f"homeagent {__version__}", "protocol": PROTOCOL_VERSION,
                 "pid": os.getpid(), "uptime": round(time.monotonic() - self.started, 3),
+                "reloads": self.reloads, "reload_error": self.reload_error,
                 "config": config.path, "socket": self.bound.where,
                 "default_provider": config.default_provider,
                 "providers": [{**_provider_status(name, entry, config),
@@ -208,6 +213,8 @@ class _Daemon:
             new = load(old.path, self.environ)
         except ConfigError as exc:
             log.error("reload refused, the running configuration stays: %s", exc)
+            self.reloads += 1
+            self.reload_error = str(exc)
             self.notifier.ready("reload refused: bad configuration; running on the old one")
             return
         # The old keys too: an ask still running on one may have it echoed back.
@@ -225,6 +232,8 @@ class _Daemon:
         if _device_settings(new) != _device_settings(old):
             log.warning("reload: the devices changed; they take effect at the next start")
         self.config = new
+        self.reloads += 1
+        self.reload_error = None
         _warn(new)
         log.info("reloaded %s; providers: %s (default %s)", new.path, ", ".join(new.providers),
                  new.default_provider)

@@ -58,6 +58,7 @@ WANTS = (f"{UNIT_DIR}/sockets.target.wants/homeagent.socket",
          f"{UNIT_DIR}/multi-user.target.wants/homeagent.service")
 # what the shipped homeagent.service runs; install points it at its venv
 SHIPPED_EXEC_START = f"ExecStart={DEFAULT_VENV}/bin/homeagent serve --config {DEFAULT_PATH}\n"
+SHIPPED_EXEC_RELOAD = f"ExecReload={DEFAULT_VENV}/bin/homeagent reload --pid $MAINPID\n"
 ACCOUNT_FILES = ("/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow")
 _UNITS_SOURCE = Path(__file__).resolve().parent / "units"
 # a path systemd takes in ExecStart= without quoting or specifier expansion
@@ -78,13 +79,15 @@ def executable(venv: str) -> str:
 
 
 def unit_text(name: str, venv: str = DEFAULT_VENV) -> str:
-    """The unit `name` as install writes it, ExecStart= at venv's homeagent."""
+    """The unit `name` as install writes it, ExecStart= and ExecReload= at
+    venv's homeagent."""
     text = shipped(name)
     if name == "homeagent.service":
-        if text.count(SHIPPED_EXEC_START) != 1:
-            raise InstallError(f"the shipped {name} does not have {SHIPPED_EXEC_START.strip()!r}")
-        text = text.replace(SHIPPED_EXEC_START, SHIPPED_EXEC_START.replace(
-            f"{DEFAULT_VENV}/bin/homeagent", executable(venv)))
+        for line in (SHIPPED_EXEC_START, SHIPPED_EXEC_RELOAD):
+            if text.count(line) != 1:
+                raise InstallError(f"the shipped {name} does not have {line.strip()!r}")
+            text = text.replace(line, line.replace(f"{DEFAULT_VENV}/bin/homeagent",
+                                                   executable(venv)))
     return text
 
 
