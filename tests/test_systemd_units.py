@@ -143,6 +143,8 @@ def test_the_service_is_a_notify_daemon_with_watchdog_and_reload():
     # waits for the reload to be done: systemd 252 has no Type=notify-reload
     assert one(service, "ExecReload") == f"{install.DEFAULT_VENV}/bin/homeagent reload --pid $MAINPID"
     assert int(one(service, "WatchdogSec")) >= 10
+    # a daemon the watchdog caught is killed soon after, not a stop timeout later
+    assert float(one(service, "TimeoutAbortSec")) < float(one(service, "TimeoutStopSec"))
     assert one(service, "Restart") == "on-failure"
     assert one(service, "RestartPreventExitStatus") == "2"  # `serve`: bad config
     # the default grace, then the goodbye to clients

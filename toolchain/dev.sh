@@ -3,19 +3,21 @@
 # already there is not installed again.
 #
 #   toolchain/dev.sh demo   Python venv + the package, then `homeagent demo`
-#   toolchain/dev.sh test   also the C toolchains, then every test: C contract
-#                           tests (gcc, clang), sanitizers, the pytest suite,
-#                           then toolchain/arm64.sh: the aarch64 wheel, and the
-#                           C tests and the whole pytest suite under qemu-aarch64
+#   toolchain/dev.sh test   also the C toolchains and qemu-system, then every
+#                           test: C contract tests (gcc, clang), sanitizers, the
+#                           pytest suite, toolchain/arm64.sh (the aarch64 wheel,
+#                           the C tests and the whole pytest suite under
+#                           qemu-aarch64) and, beside them, toolchain/vm.sh (the
+#                           service on a booted Debian 12, x86_64 and aarch64)
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
-#   toolchain/dev.sh vm     also qemu-system, then toolchain/vm.sh: the service
-#                           on a booted Debian 12, x86_64 and aarch64 (as root)
+#   toolchain/dev.sh vm     only toolchain/vm.sh, in the foreground
 #
 # Debian packages are installed with apt-get (through sudo when not root).
 # The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
+# VM=skip leaves toolchain/vm.sh out of the test job (it says so at the end).
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     demo|test|fuzz|vm) job=$1 ;;
     -h|--help) usage; exit 0 ;;
@@ -70,6 +72,52 @@ setup_vm() {
         qemu-user-static arch-test mmdebstrap e2fsprogs
 }
 
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# toolchain/vm.sh in the background beside the rest of the test job: under
+# TCG it keeps a core busy for most of the job, and the single-process
+# emulated suite leaves one mostly idle. It runs in a session of its own
+# (setsid: vm.sh's pid is its process group), so that a test job that ends
+# early stops it and its qemu with it. Its output goes to build/vm/vm.log;
+# vm_wait prints its summary.
+VM_LOG=$root/build/vm/vm.log
+vm_pid=
+vm_start() {
+    if [ "${VM:-}" = skip ]; then
+        return 0
+    fi
+    setup_vm
+    mkdir -p "$(dirname "$VM_LOG")"
+    rm -f "$VM_LOG.pgid"
+    echo "== vm: toolchain/vm.sh x86_64 aarch64 in the background, log: build/vm/vm.log"
+    as_root env PYTHON="$VENV/bin/python" VM_PGID_FILE="$VM_LOG.pgid" \
+        setsid bash toolchain/vm.sh x86_64 aarch64 >"$VM_LOG" 2>&1 </dev/null &
+    vm_pid=$!
+    trap vm_stop EXIT
+}
+vm_stop() {
+    if [ -n "$vm_pid" ] && kill -0 "$vm_pid" 2>/dev/null && [ -s "$VM_LOG.pgid" ]; then
+        echo "== vm: stopping toolchain/vm.sh (the test job ended before it)" >&2
+        as_root kill -TERM -- "-$(cat "$VM_LOG.pgid")" 2>/dev/null || true
+    fi
+}
+vm_wait() {
+    if [ -z "$vm_pid" ]; then
+        echo "== vm: skipped (VM=skip): the booted-Debian checks did not run"
+        return 0
+    fi
+    local t0=$SECONDS rc=0
+    wait "$vm_pid" || rc=$?
+    echo "== vm: toolchain/vm.sh ended with status $rc ($((SECONDS - t0)) s waited for it)"
+    sed -n '/^== vm summary$/,$p' "$VM_LOG"
+    if [ "$rc" -ne 0 ] && ! grep -q '^== vm summary$' "$VM_LOG"; then
+        tail -n 40 "$VM_LOG"
+    fi
+    return "$rc"
+}
+
 case "$job" in
 demo)
     setup_python ""
@@ -78,6 +126,11 @@ demo)
 test)
     setup_c
     setup_python test,bench
+    # the aarch64 wheel first: the VM's aarch64 run installs it, and from
+    # here on nothing builds it again while that run may read it
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh sysroot
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh wheel
+    vm_start
     suite=()
     if [ -d "$SHARED/jsontestsuite/test_parsing" ]; then
         suite=(JSONTESTSUITE="$SHARED/jsontestsuite/test_parsing")
@@ -96,16 +149,22 @@ test)
         echo "dev.sh: building the wheelhouse failed" >&2
         exit 1
     fi
-    HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests
-    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh
+    rc=0
+    HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests || rc=1
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh site
+    PYTHON="$VENV/bin/python" bash toolchain/arm64.sh test || rc=1
+    vm_wait || rc=1
+    # pytest's closing line of the emulated run ends the log
+    echo "emulated pytest (qemu-aarch64), closing line:"
+    grep -E '^=* *[0-9]+ (passed|failed|skipped|error|deselected).* in [0-9.]+s' \
+        build/arm64/pytest.log | tail -n 1
+    exit "$rc"
     ;;
 vm)
     setup_c
     setup_python test
     setup_vm
-    sudo=()
-    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-    "${sudo[@]}" env PYTHON="$VENV/bin/python" bash toolchain/vm.sh
+    as_root env PYTHON="$VENV/bin/python" bash toolchain/vm.sh
     ;;
 fuzz)
     setup_c

@@ -23,11 +23,12 @@
 # Environment: VM_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/homeagent-vm),
 # VM_WORK (default build/vm in the checkout: shares, logs), VM_TIMEOUT
 # (seconds per boot-to-poweroff run, default 2700), PYTHON (host interpreter
-# with the package installed: .venv/bin/python if present). Needs root
+# with the package installed: .venv/bin/python if present), VM_PGID_FILE
+# (where to write this run's process group, for toolchain/dev.sh). Needs root
 # (mmdebstrap --mode=root) and the Debian packages dev.sh installs.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 job=run
 case "${1:-}" in
     -h|--help) usage; exit 0 ;;
@@ -59,6 +60,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "vm.sh: run as root: mmdebstrap --mode=root builds the image" >&2
     exit 1
 fi
+# dev.sh runs this in a session of its own and stops it through this file
+[ -z "${VM_PGID_FILE:-}" ] || ps -o pgid= $$ | tr -d ' ' >"$VM_PGID_FILE"
 
 # The cache key: the recipe's text, the guest files and the architecture.
 image_key() {
