@@ -149,11 +149,6 @@ model = {json.dumps(model)}
 # cooldown = 30.0         # seconds a failed provider is passed over; doubles per failure
 # max_cooldown = 1800.0
 # retry_without_tools = false   # a model that refuses tools is asked again without them
-# protocol "ollama" (Ollama's native API, base_url "http://127.0.0.1:11434") only:
-# num_ctx = 8192          # context window in tokens
-# keep_alive = "5m"       # how long the model stays loaded: a duration, or seconds
-# think = true            # true, false, or "low" / "medium" / "high"
-# format = "json"         # or a JSON Schema table
 """
 
 
