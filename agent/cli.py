@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-_PROTOCOLS = {"sse": 0, "openai-chat": 1, "anthropic": 2, "openai-responses": 3}
+_PROTOCOLS = {"sse": 0, "openai-chat": 1, "anthropic": 2, "openai-responses": 3, "ollama": 4}
 
 
 def _decode(args: argparse.Namespace) -> int:

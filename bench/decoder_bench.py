@@ -745,8 +745,10 @@ def run(quick: bool = False, log=None) -> dict:
     return res
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command(doc: str, run: Callable, report: Callable, argv: list[str] | None) -> int:
+    """The command line of a bench that checks agreement first (this one,
+    bench/ollama_bench.py): --quick, --json, exit 1 on a Mismatch."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small streams, few rounds (smoke test)")
     ap.add_argument("--json", action="store_true",
                     help="print the results as JSON on stdout (the table goes to stderr)")
@@ -755,13 +757,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run(quick=args.quick, log=lambda s: print(s, file=sys.stderr))
     except Mismatch as exc:
-        print(f"FAIL: ours and the SDK disagree before timing: {exc}", file=sys.stderr)
+        print(f"FAIL: the approaches disagree before timing: {exc}", file=sys.stderr)
         return 1
     report(res, out)
     if args.json:
         json.dump(res, sys.stdout, indent=1)
         print()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command(__doc__, run, report, argv)
 
 
 if __name__ == "__main__":

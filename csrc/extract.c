@@ -1,5 +1,5 @@
-/* Batch decoding (extract.h): frame, scan and dispatch every event of one
- * network read to its protocol's extractor (one file each, on the record
+/* Batch decoding (extract.h): frame (SSE, or NDJSON for Ollama), scan and
+ * dispatch every event of one network read to its protocol's extractor (one file each, on the record
  * machinery of record.h).
  *
  * Each event's output is a transaction: when the output area cannot take
@@ -19,10 +19,12 @@ int ha_stream_init(ha_stream *st, ha_protocol proto, uint8_t *sse_buf,
 {
     if (sse_cap < HA_SSE_MIN_CAPACITY || rec_words < HA_REC_HEADER + HA_REC_WORDS ||
         text_cap < ha_stream_text_size(sse_cap) ||
-        raw_cap < ha_stream_raw_size(sse_cap) || proto > HA_PROTO_OPENAI_RESPONSES)
+        raw_cap < ha_stream_raw_size(sse_cap) || proto > HA_PROTO_OLLAMA)
         return -1;
     memset(st, 0, sizeof *st);
+    /* one buffer, one framer fed: the other stays empty */
     ha_sse_init(&st->sse, sse_buf, sse_cap);
+    ha_ndjson_init(&st->nd, sse_buf, sse_cap);
     /* JSON data: an oversize event keeps its small fields */
     ha_sse_elide(&st->sse, proto != HA_PROTO_SSE);
     st->proto = proto;
@@ -89,12 +91,21 @@ static void json_event(ev_ctx *c)
     case HA_PROTO_OPENAI_RESPONSES:
         ev_openai_responses_event(c, root);
         break;
+    case HA_PROTO_OLLAMA:
+        ev_ollama_event(c, root);
+        break;
     case HA_PROTO_SSE:
         break;
     }
 }
 
-static void extract(ev_ctx *c, ha_sse_status status, const ha_sse_event *ev)
+_Static_assert((int)HA_NDJSON_LINE == (int)HA_SSE_EVENT, "a line is dispatched as an event");
+_Static_assert((int)HA_NDJSON_ERR_LINE_TOO_LARGE > (int)HA_SSE_ERR_ID_TOO_LONG,
+               "framer statuses are distinct (SSE's are 0..5)");
+_Static_assert(HA_NDJSON_TAIL_PARTIAL_LINE == HA_SSE_TAIL_PARTIAL_LINE,
+               "one tail flag for a stream cut mid-line");
+
+static void extract(ev_ctx *c, int status, const ha_sse_event *ev)
 {
     int64_t *r;
     unsigned flags = 0;
@@ -118,10 +129,11 @@ static void extract(ev_ctx *c, ha_sse_status status, const ha_sse_event *ev)
     case HA_SSE_ERR_EVENT_TOO_LARGE:
     case HA_SSE_ERR_NAME_TOO_LONG:
     case HA_SSE_ERR_ID_TOO_LONG:
+    case HA_NDJSON_ERR_LINE_TOO_LARGE:
         if ((r = ev_rec(c, HA_REC_FRAMING_ERROR, (int64_t)ev->size, -1)))
             r[HA_WORD_CODE] = status;
         break;
-    case HA_SSE_NEED_INPUT:
+    default: /* HA_SSE_NEED_INPUT */
         break;
     }
 }
@@ -152,6 +164,19 @@ static int deliver(ha_stream *st)
     return 1;
 }
 
+/* The next event of the protocol's framing, into st->ev. */
+static int frame_next(ha_stream *st, const uint8_t *in, size_t len, size_t *pos)
+{
+    ha_ndjson_line line;
+    ha_ndjson_status status;
+    if (st->proto != HA_PROTO_OLLAMA)
+        return ha_sse_next(&st->sse, in, len, pos, &st->ev);
+    status = ha_ndjson_next(&st->nd, in, len, pos, &line);
+    if (status != HA_NDJSON_NEED_INPUT)
+        st->ev = (ha_sse_event){.data = line.data, .data_len = line.data_len, .size = line.size};
+    return status;
+}
+
 static void begin_call(ha_stream *st)
 {
     st->out.n_recs = 0;
@@ -178,7 +203,7 @@ size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)
     if (st->pending && !deliver(st))
         return end_call(st, 0, 1);
     for (;;) {
-        ha_sse_status status = ha_sse_next(&st->sse, in, len, &pos, &st->ev);
+        int status = frame_next(st, in, len, &pos);
         if (status == HA_SSE_NEED_INPUT)
             return end_call(st, pos, 0);
         st->pending = 1;
@@ -191,10 +216,25 @@ size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)
 size_t ha_stream_close(ha_stream *st)
 {
     size_t pending = 0;
+    unsigned flags;
     begin_call(st);
     if (st->pending)
         deliver(st); /* an empty area always takes it, or reports why not */
-    unsigned flags = ha_sse_finish(&st->sse, &pending);
+    if (st->proto == HA_PROTO_OLLAMA) {
+        ha_ndjson_line line;
+        /* no partial line behind a pending one: the framer stopped at its
+           LF, so the area is still empty for the last line */
+        int status = ha_ndjson_finish(&st->nd, &line, &flags);
+        if (status != HA_NDJSON_NEED_INPUT) {
+            pending = line.size;
+            st->ev = (ha_sse_event){.data = line.data, .data_len = line.data_len, .size = line.size};
+            st->pending = 1;
+            st->pending_status = status;
+            deliver(st);
+        }
+    } else {
+        flags = ha_sse_finish(&st->sse, &pending);
+    }
     if (flags) {
         ev_ctx c;
         ev_begin(&c, st, NULL, 0);

@@ -1,6 +1,8 @@
 /* Batch stream decoding: one call per network read.
  *
- * ha_stream_feed() frames every complete SSE event in a read (sse.h),
+ * ha_stream_feed() frames every complete SSE event in a read (sse.h), or
+ * every NDJSON line for HA_PROTO_OLLAMA (ndjson.h: "event" below is then a
+ * line),
  * validates each event's JSON (json.h) and runs the protocol's extraction
  * table over it, writing compact records into an output area that the
  * caller allocated once per stream. Python then builds only the objects it
@@ -36,6 +38,7 @@
 #include <stdint.h>
 
 #include "json.h"
+#include "ndjson.h"
 #include "sse.h"
 
 #define HA_REC_WORDS 12
@@ -58,7 +61,8 @@ typedef enum {
     HA_PROTO_SSE = 0,              /* raw SSE events, no JSON */
     HA_PROTO_OPENAI_CHAT = 1,
     HA_PROTO_ANTHROPIC = 2,
-    HA_PROTO_OPENAI_RESPONSES = 3
+    HA_PROTO_OPENAI_RESPONSES = 3,
+    HA_PROTO_OLLAMA = 4            /* NDJSON lines, Ollama's /api/chat */
 } ha_protocol;
 
 typedef enum {
@@ -85,7 +89,9 @@ typedef enum {
     HA_REC_SIGNATURE = 5,   /* anthropic signature: index, s1 the whole
                                signature (a later one replaces it) */
     /* chat tool call head: index choice, sub tool_calls[].index (-1 when
-       absent), s1 id, s2 function.name, s3 type (each absent if absent) */
+       absent), s1 id, s2 function.name, s3 type (each absent if absent);
+       ollama: index 0, sub function.index, s1 id, s2 name, its arguments
+       object whole in the TOOL_ARGS record that follows */
     HA_REC_TOOL_START = 6,
     /* tool arguments piece: chat (index choice, sub tool index or -1),
        anthropic input_json_delta (index block, sub -1), responses
@@ -104,7 +110,8 @@ typedef enum {
     /* citation or annotation: index, raw its JSON */
     HA_REC_CITATION = 10,
     /* finish: index choice (-1 when not per choice), sub ha_finish_status,
-       s1 the provider's raw reason, s2 stop_sequence (anthropic) */
+       s1 the provider's raw reason (ollama done_reason), s2 stop_sequence
+       (anthropic) */
     HA_REC_FINISH = 11,
     HA_REC_USAGE = 12,
     /* s1 response / message id, s2 model: emitted when either changes */
@@ -112,7 +119,8 @@ typedef enum {
     /* a provider error after HTTP 200: s1 type or code, s2 message,
        raw the error JSON */
     HA_REC_ERROR = 14,
-    /* end sentinel: chat [DONE] (code 0), anthropic message_stop (code 1) */
+    /* end sentinel: chat [DONE] (code 0), anthropic message_stop (code 1),
+       ollama done: true (code 2) */
     HA_REC_END = 15,
     /* a chunk or field we could not use: code ha_warning, index JSON error
        offset or -1, sub json status or -1, s1 detail (field path, event
@@ -120,11 +128,16 @@ typedef enum {
     HA_REC_WARNING = 16,
     /* framing: code ha_framing_error, index size */
     HA_REC_FRAMING_ERROR = 17,
-    /* from ha_stream_close only: code HA_SSE_TAIL_* flags, index pending size */
+    /* from ha_stream_close only: code HA_SSE_TAIL_* flags (ollama:
+       HA_NDJSON_TAIL_PARTIAL_LINE, the last line, delivered, had no LF),
+       index pending size (ollama: that line's) */
     HA_REC_TAIL = 18,
     /* an SSE field the spec ignores: s1 field name, raw value preview,
        index full value length */
-    HA_REC_UNKNOWN_FIELD = 19
+    HA_REC_UNKNOWN_FIELD = 19,
+    /* ollama's timings of the done line: the span words hold nanoseconds
+       (ha_timing_word), -1 = absent */
+    HA_REC_TIMINGS = 20
 } ha_rec_kind;
 
 typedef enum {
@@ -153,6 +166,14 @@ typedef enum {
     HA_USAGE_REASONING = HA_WORD_S3_END
 } ha_usage_word;
 
+/* The words of an HA_REC_TIMINGS record after its kind: durations in ns. */
+typedef enum {
+    HA_TIMING_TOTAL = HA_WORD_S1,
+    HA_TIMING_LOAD = HA_WORD_S1_END,
+    HA_TIMING_PROMPT_EVAL = HA_WORD_S2,
+    HA_TIMING_EVAL = HA_WORD_S2_END
+} ha_timing_word;
+
 typedef enum {
     HA_WARN_BAD_JSON = 1,        /* event data is not strict JSON */
     HA_WARN_NOT_OBJECT = 2,      /* JSON, but not an object */
@@ -174,6 +195,7 @@ typedef enum {
     HA_ERR_EVENT_TOO_LARGE = HA_SSE_ERR_EVENT_TOO_LARGE,
     HA_ERR_NAME_TOO_LONG = HA_SSE_ERR_NAME_TOO_LONG,
     HA_ERR_ID_TOO_LONG = HA_SSE_ERR_ID_TOO_LONG,
+    HA_ERR_LINE_TOO_LARGE = HA_NDJSON_ERR_LINE_TOO_LARGE, /* an NDJSON line */
     HA_ERR_OUTPUT_TOO_LARGE = 10
 } ha_framing_error;
 
@@ -192,6 +214,7 @@ typedef struct {
  * protocols); placed by the caller. */
 typedef struct {
     ha_sse sse;
+    ha_ndjson nd;                      /* HA_PROTO_OLLAMA frames with this */
     ha_protocol proto;
     int64_t *recs; size_t rec_words;   /* header + records */
     uint8_t *text; size_t text_cap;
@@ -199,7 +222,7 @@ typedef struct {
     ha_stream_out out;
     size_t events;
     int pending;                       /* a framed event awaits extraction */
-    ha_sse_status pending_status;
+    int pending_status;                /* ha_sse_status or ha_ndjson_status */
     ha_sse_event ev;
     uint8_t meta_id[HA_META_MAX]; size_t meta_id_len;
     uint8_t meta_model[HA_META_MAX]; size_t meta_model_len;
@@ -207,8 +230,8 @@ typedef struct {
     ha_json_tape_entry tape_entries[HA_TAPE_MAX];
 } ha_stream;
 
-/* Sizes of an output area that always holds one event of an SSE buffer of
- * sse_cap bytes: the text area (every string of an event decodes to at most
+/* Sizes of an output area that always holds one event of an SSE buffer (or
+ * one line of an NDJSON buffer) of sse_cap bytes: the text area (every string of an event decodes to at most
  * three times its bytes) and the raw area. */
 size_t ha_stream_text_size(size_t sse_cap);
 size_t ha_stream_raw_size(size_t sse_cap);
@@ -225,8 +248,9 @@ int ha_stream_init(ha_stream *st, ha_protocol proto,
  * returns the number of records. */
 size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len);
 
-/* End of stream: delivers a pending event, then a HA_REC_TAIL record if
- * anything was left undelivered. Same return and header as feed. */
+/* End of stream: delivers a pending event (ollama: or the last line if it
+ * had no LF), then a HA_REC_TAIL record if anything was left undelivered or
+ * cut. Same return and header as feed. */
 size_t ha_stream_close(ha_stream *st);
 
 /* The stream's last valid SSE `retry` value in milliseconds, or -1. */

@@ -348,8 +348,14 @@ void ev_error(ev_ctx *c, ha_json_val err)
 int64_t *ev_usage(ev_ctx *c, ha_json_val u, const ev_usage_key *keys, size_t n_keys)
 {
     int64_t *r = ev_rec(c, HA_REC_USAGE, -1, -1);
-    if (!r)
-        return NULL;
+    if (r)
+        ev_usage_words(c, r, u, keys, n_keys);
+    return r;
+}
+
+void ev_usage_words(ev_ctx *c, int64_t *r, ha_json_val u, const ev_usage_key *keys,
+                    size_t n_keys)
+{
     ha_json_val k, v;
     ha_json_iter it;
     /* member by member, not a member table: each count of a duplicate is
@@ -362,7 +368,6 @@ int64_t *ev_usage(ev_ctx *c, ha_json_val u, const ev_usage_key *keys, size_t n_k
                 if (n >= 0)
                     r[keys[i].word] = n;
             }
-    return r;
 }
 
 void ev_usage_detail(ev_ctx *c, int64_t *r, ha_json_val u, const char *obj,

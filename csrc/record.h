@@ -101,10 +101,13 @@ void ev_error(ev_ctx *c, ha_json_val err);
 typedef struct {
     const char *name;
     size_t len;
-    ha_usage_word word;
+    int word; /* ha_usage_word, or ha_timing_word */
 } ev_usage_key;
 #define USAGE_KEY(lit, word) {(lit), sizeof(lit) - 1, (word)}
 int64_t *ev_usage(ev_ctx *c, ha_json_val u, const ev_usage_key *keys, size_t n_keys);
+/* The same counts into record r's words (a TIMINGS record, say). */
+void ev_usage_words(ev_ctx *c, int64_t *r, ha_json_val u, const ev_usage_key *keys,
+                    size_t n_keys);
 /* A count in a nested detail object, e.g. prompt_tokens_details.cached_tokens. */
 void ev_usage_detail(ev_ctx *c, int64_t *r, ha_json_val u, const char *obj,
                      const char *member, ha_usage_word word);
@@ -157,5 +160,6 @@ void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t
 void ev_openai_chat_event(ev_ctx *c, ha_json_val root);
 void ev_anthropic_event(ev_ctx *c, ha_json_val root);
 void ev_openai_responses_event(ev_ctx *c, ha_json_val root);
+void ev_ollama_event(ev_ctx *c, ha_json_val root);
 
 #endif

@@ -186,7 +186,7 @@ def test_document_is_valid(tmp_path):
     (9, "system_prompt = 3", 9, "sessions.system_prompt", "expected a string, got an integer"),
     # providers: the field Provider itself rejects is the key named
     (12, 'protocol = "grpc"', 12, "providers.a.protocol",
-     "protocol must be one of openai-chat, anthropic, openai-responses, not 'grpc'"),
+     "protocol must be one of openai-chat, anthropic, openai-responses, ollama, not 'grpc'"),
     (13, 'base_url = "ftp://host/v1"', 13, "providers.a.base_url",
      "base_url must start with http:// or https://"),
     (15, "read_timeout = 0", 15, "providers.a.read_timeout", "read_timeout must be positive"),

@@ -189,6 +189,24 @@ async def test_a_stall_or_an_error_as_the_first_event_fails_over(setup, primary,
 
 
 @pytest.mark.trio
+@pytest.mark.parametrize("fault, code, why", [
+    ("error-first", ErrorCode.PROVIDER_ERROR, "the model is overloaded (mock)"),
+    ("500", ErrorCode.UPSTREAM_HTTP, "internal server error (mock)")])
+async def test_an_ollama_primary_failing_first_fails_over(setup, primary, fault, code, why):
+    # Ollama's native API: an {"error": ...} first line, or an HTTP error
+    # with its {"error": "..."} body, blame the primary as the others do
+    setup.upstreams["primary"] = Upstream(
+        Provider("primary", "ollama", primary.url, "primary-model"), retries=0,
+        fallback=("backup",), policy=Policy(30, 1800))
+    setup.runner.configure(setup.upstreams, "primary", None)
+    primary.set_faults(fault)
+    failover = answered_by_backup(await setup.ask(), code)
+    assert why in failover.message
+    assert setup.health("primary")["state"] == "cooling"
+    assert [r["path"] for r in primary.requests()] == ["/api/chat"]
+
+
+@pytest.mark.trio
 async def test_a_429_cools_for_its_retry_after(setup, primary):
     # Longer than stream_answer waits for: no retry, the error at once.
     primary.set_faults("429", retry_after=120)

@@ -539,7 +539,11 @@ def test_stream_events_are_pure():
     turn = wire.Turn(model="m", seed="abc", input_tokens=3)
     for fmt in wire.FORMATS.values():
         assert fmt.stream(answer, turn) == fmt.stream(answer, turn)
-        assert all(e.endswith(b"\n\n") for e in fmt.stream(answer, turn))
+        # an SSE event ends in a blank line; an NDJSON line in its one LF
+        if fmt.stream_type == "application/x-ndjson":
+            assert all(e.endswith(b"\n") and e.count(b"\n") == 1 for e in fmt.stream(answer, turn))
+        else:
+            assert all(e.endswith(b"\n\n") for e in fmt.stream(answer, turn))
 
 
 # ---- the command ----

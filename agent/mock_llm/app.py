@@ -139,7 +139,7 @@ class MockApp:
         turn = _turn(request, body, names, quirks)
         if streaming:
             parts = fmt.stream(answer, turn)
-            headers_out = [("content-type", "text/event-stream; charset=utf-8"),
+            headers_out = [("content-type", f"{fmt.stream_type}; charset=utf-8"),
                            ("cache-control", "no-cache")]
         else:
             parts = [_dumps(fmt.complete(answer, turn))]

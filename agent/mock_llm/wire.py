@@ -1,6 +1,7 @@
-"""The three wire formats, sans-IO: a request body in, a Conversation out;
-an Answer in, the SSE events (a list of byte strings, one per event) or
-the non-stream JSON out; and each provider's error shapes.
+"""The four wire formats, sans-IO: a request body in, a Conversation out;
+an Answer in, the SSE events or Ollama's NDJSON lines (a list of byte
+strings, one per event or line) or the non-stream JSON out; and each
+provider's error shapes.
 
 Everything is a pure function of its arguments: ids come from a hash of
 the request body, `created` is fixed, so the same request gives the same
@@ -121,6 +122,7 @@ def _openai_error(status: int, message: str) -> dict:
 class ChatCompletions:
     path = "/v1/chat/completions"
     key_header = "authorization"
+    stream_type = "text/event-stream"
 
     @staticmethod
     def conversation(body: dict) -> Conversation:
@@ -203,6 +205,7 @@ class ChatCompletions:
 class AnthropicMessages:
     path = "/v1/messages"
     key_header = "x-api-key"
+    stream_type = "text/event-stream"
 
     @staticmethod
     def conversation(body: dict) -> Conversation:
@@ -290,6 +293,7 @@ class AnthropicMessages:
 class Responses:
     path = "/v1/responses"
     key_header = "authorization"
+    stream_type = "text/event-stream"
 
     @staticmethod
     def conversation(body: dict) -> Conversation:
@@ -375,4 +379,72 @@ class Responses:
                     "sequence_number": sequence}, turn.eol, event="error")
 
 
-FORMATS = {f.path: f for f in (ChatCompletions, AnthropicMessages, Responses)}
+class OllamaChat:
+    """Ollama's native /api/chat: one JSON object per line, a tool call
+    whole in one line with its arguments an object and no id."""
+    path = "/api/chat"
+    key_header = "authorization"
+    stream_type = "application/x-ndjson"
+    conversation = staticmethod(ChatCompletions.conversation)  # the same message shapes
+
+    @staticmethod
+    def _line(value: dict, turn: Turn) -> bytes:
+        return (_json(value) + turn.eol).encode()
+
+    @staticmethod
+    def _head(turn: Turn) -> dict:
+        return {"model": turn.model, "created_at": "2025-11-29T07:06:40.000000Z"}
+
+    @staticmethod
+    def _calls(answer: Answer) -> list[dict]:
+        if answer.tool_use is None:
+            return []
+        # raw arguments (a fault a test asks for) go in as they are: no object then
+        arguments = (answer.tool_use.arguments if answer.tool_use.raw is None
+                     else answer.tool_use.raw)
+        return [{"function": {"name": answer.tool_use.name, "arguments": arguments}}
+                for _ in range(answer.tool_use.count)]
+
+    @staticmethod
+    def _done(answer: Answer, turn: Turn) -> dict:
+        out = _output_tokens(answer)
+        return {"done": True, "done_reason": "stop", "total_duration": 1_000_000 * out,
+                "load_duration": 1_000_000, "prompt_eval_count": turn.input_tokens,
+                "prompt_eval_duration": 10_000 * turn.input_tokens, "eval_count": out,
+                "eval_duration": 900_000 * out}
+
+    @staticmethod
+    def stream(answer: Answer, turn: Turn) -> list[bytes]:
+        head = OllamaChat._head(turn)
+
+        def line(message: dict) -> bytes:
+            return OllamaChat._line({**head, "message": {"role": "assistant", "content": "",
+                                                         **message}, "done": False}, turn)
+
+        lines = [line({"thinking": p}) for p in pieces(answer.reasoning)]
+        lines += [line({"content": p}) for p in pieces(answer.text)]
+        if answer.tool_use is not None:
+            lines.append(line({"tool_calls": OllamaChat._calls(answer)}))
+        lines.append(OllamaChat._line({**head, "message": {"role": "assistant", "content": ""},
+                                       **OllamaChat._done(answer, turn)}, turn))
+        return lines
+
+    @staticmethod
+    def complete(answer: Answer, turn: Turn) -> dict:
+        message: dict = {"role": "assistant", "content": answer.text}
+        if answer.reasoning:
+            message["thinking"] = answer.reasoning
+        if answer.tool_use is not None:
+            message["tool_calls"] = OllamaChat._calls(answer)
+        return {**OllamaChat._head(turn), "message": message, **OllamaChat._done(answer, turn)}
+
+    @staticmethod
+    def error_body(status: int, message: str) -> dict:
+        return {"error": message}
+
+    @staticmethod
+    def error_event(message: str, turn: Turn, sequence: int) -> bytes:
+        return OllamaChat._line({"error": message}, turn)
+
+
+FORMATS = {f.path: f for f in (ChatCompletions, AnthropicMessages, Responses, OllamaChat)}

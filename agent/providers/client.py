@@ -21,8 +21,9 @@ Answer comes back. The rules:
 - The response body goes from `aiter_raw()` to the decoder as bytes. A
   2xx answer is looked at first: Content-Encoding gzip or deflate is
   decoded here, in bounded pieces, before the core (any other encoding is
-  refused by name); a Content-Type other than text/event-stream (none at
-  all is taken as a stream) is not decoded: a JSON error body ({"error":
+  refused by name); a Content-Type other than text/event-stream
+  (application/x-ndjson for Ollama's native API; none at all is taken as
+  a stream) is not decoded: a JSON error body ({"error":
   ...}, "model not loaded") becomes the Answer's provider_error, a whole
   JSON completion (a server ignoring "stream": true) and anything else are
   refused, by content type, in Answer.refused. So is an empty body.
@@ -53,20 +54,31 @@ import httpx
 import trio
 
 from agent.masking import Masker
-from agent.providers.requests import Conversation, Provider, Tool, build_request
+from agent.providers.requests import (
+    DEFAULT_STREAM_TYPE,
+    STREAM_TYPES,
+    Conversation,
+    Provider,
+    Tool,
+    build_request,
+)
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
-from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
+from agent.stream.decoders import (
+    AnthropicDecoder,
+    OllamaDecoder,
+    OpenAIChatDecoder,
+    OpenAIResponsesDecoder,
+)
 from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.jsonscan import loads
 from agent.stream.message import Message
 
 DECODERS = {"openai-chat": OpenAIChatDecoder, "anthropic": AnthropicDecoder,
-            "openai-responses": OpenAIResponsesDecoder}
+            "openai-responses": OpenAIResponsesDecoder, "ollama": OllamaDecoder}
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx (Anthropic's 529 overloaded too)
 ERROR_BODY_LIMIT = 64 * 1024
 ERROR_MESSAGE_LIMIT = 500
-STREAM_TYPE = "text/event-stream"
 INFLATE_PIECE = 64 * 1024  # decoded bytes per piece: a compressed read may expand 1000-fold
 
 
@@ -286,9 +298,10 @@ async def _body(run: _Run, response: httpx.Response) -> None:
         return
     inflater = None if encoding == "identity" else Inflater(encoding)
     media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    stream_type = STREAM_TYPES.get(run.provider.protocol, DEFAULT_STREAM_TYPE)
     try:
-        if media and media != STREAM_TYPE:
-            await _not_a_stream(run, response, media, inflater)
+        if media and media != stream_type:
+            await _not_a_stream(run, response, media, stream_type, inflater)
             return
         received = 0
         async for read in response.aiter_raw():
@@ -306,13 +319,13 @@ async def _body(run: _Run, response: httpx.Response) -> None:
         run.refused = f"HTTP {response.status_code} with an empty body, no event stream"
 
 
-async def _not_a_stream(run: _Run, response: httpx.Response, media: str,
+async def _not_a_stream(run: _Run, response: httpx.Response, media: str, stream_type: str,
                         inflater: "Inflater | None") -> None:
     """A 2xx body of another type: a JSON error is the provider's error;
     a JSON completion, anything else or nothing at all is refused by name."""
     status = response.status_code
     if media != "application/json" and not media.endswith("+json"):
-        run.refused = f"HTTP {status} with content type {media!r}, not {STREAM_TYPE}"
+        run.refused = f"HTTP {status} with content type {media!r}, not {stream_type}"
         return
     body = bytearray()
     async for read in response.aiter_raw():
@@ -320,7 +333,7 @@ async def _not_a_stream(run: _Run, response: httpx.Response, media: str,
             body += piece
             if len(body) > ERROR_BODY_LIMIT:
                 run.refused = (f"HTTP {status} with a {media} body over {ERROR_BODY_LIMIT} "
-                               f"bytes, not {STREAM_TYPE}")
+                               f"bytes, not {stream_type}")
                 return
     if not body.strip():
         run.refused = f"HTTP {status} with an empty {media} body, no event stream"

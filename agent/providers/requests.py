@@ -3,7 +3,9 @@ request of one wire format out.
 
 `base_url` includes the API version prefix for every protocol
 (`https://api.openai.com/v1`, `https://api.anthropic.com/v1`,
-`http://127.0.0.1:11434/v1` for Ollama); the builder appends the path.
+`http://127.0.0.1:11434/v1` for Ollama's OpenAI-compatible endpoint); the
+builder appends the path. Ollama's native API (protocol `ollama`) has no
+prefix: `http://127.0.0.1:11434`, the builder appends `/api/chat`.
 
 What each format can carry back of an earlier assistant turn:
 - OpenAI Chat: text and tool calls (arguments as the exact string);
@@ -16,19 +18,32 @@ What each format can carry back of an earlier assistant turn:
   an id'd function_call needs its reasoning item, and that item can only
   be replayed with encrypted content the stream does not give us. This
   stateless form works whether the server stores responses or not.
+- Ollama: text and tool calls, arguments as the parsed object ({} when
+  they did not parse: Ollama takes an object), without ids (its format
+  has none); a tool result names its tool (`tool_name`). Thinking is not
+  sent back.
 A tool result's is_error is a field only in Anthropic's format; the others
 get the content text alone.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
 
-PROTOCOLS = ("openai-chat", "anthropic", "openai-responses")
+PROTOCOLS = ("openai-chat", "anthropic", "openai-responses", "ollama")
+# What each protocol streams, by media type: the accept header, and what a
+# 2xx body must be to go to the decoder.
+STREAM_TYPES = {"ollama": "application/x-ndjson"}
+DEFAULT_STREAM_TYPE = "text/event-stream"
+OLLAMA_OPTIONS = ("num_ctx", "keep_alive", "think", "format")
+THINK_LEVELS = ("low", "medium", "high")  # gpt-oss; other models take true or false
+# A Go duration, as Ollama parses keep_alive: "5m", "1h30m", "-1s", "0"
+_GO_DURATION = re.compile(r"-?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+")
 ANTHROPIC_VERSION = "2023-06-01"
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; the others do not
@@ -47,6 +62,11 @@ class Provider:
     total_timeout: float = 300.0  # the whole answer, retries included
     max_tokens: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Ollama's native API only (protocol "ollama"), each sent only when set:
+    num_ctx: int | None = None                 # options.num_ctx: the context window, tokens
+    keep_alive: str | float | None = None      # a Go duration ("5m", "-1") or seconds
+    think: bool | str | None = None            # true, false, or a level (THINK_LEVELS)
+    format: str | Mapping[str, Any] | None = None  # "json", or a JSON Schema object
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -60,6 +80,30 @@ class Provider:
                 raise ValueError(f"provider {self.name!r}: {name} must be positive")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"provider {self.name!r}: max_tokens must be positive")
+        problem = self._ollama_problem()
+        if problem is not None:
+            raise ValueError(f"provider {self.name!r}: {problem}")
+
+    def _ollama_problem(self) -> str | None:
+        """What is wrong with the Ollama options (the words start with the
+        option's name), or None."""
+        for name in OLLAMA_OPTIONS:
+            if getattr(self, name) is not None and self.protocol != "ollama":
+                return f"{name} is an option of protocol \"ollama\" only, not {self.protocol!r}"
+        if self.num_ctx is not None and (type(self.num_ctx) is not int or self.num_ctx < 1):
+            return "num_ctx must be a positive integer (tokens)"
+        keep = self.keep_alive
+        if keep is not None and not (
+                (type(keep) in (int, float) and keep == keep)
+                or (type(keep) is str and _GO_DURATION.fullmatch(keep))):
+            return ("keep_alive must be seconds, or a duration such as \"5m\", \"1h30m\" "
+                    f"or \"-1s\" (forever), not {keep!r}")
+        if self.think is not None and type(self.think) is not bool and self.think not in THINK_LEVELS:
+            return f"think must be true, false or one of {', '.join(THINK_LEVELS)}, not {self.think!r}"
+        fmt = self.format
+        if fmt is not None and fmt != "json" and not (isinstance(fmt, Mapping) and fmt):
+            return "format must be \"json\" or a JSON Schema table"
+        return None
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -153,7 +197,7 @@ def build_request(provider: Provider, conversation: Conversation,
     """(url, headers, json body) of a streaming request in the provider's format."""
     path, body = _BUILDERS[provider.protocol](provider, conversation, tools or [])
     headers = {
-        "accept": "text/event-stream",
+        "accept": STREAM_TYPES.get(provider.protocol, DEFAULT_STREAM_TYPE),
         # The body goes to the stream core as raw bytes: no gzip.
         "accept-encoding": "identity",
         **_auth(provider),
@@ -173,7 +217,10 @@ def _auth(provider: Provider) -> dict[str, str]:
 
 # ---- OpenAI Chat Completions ----
 
-def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
+def _role_messages(conversation: Conversation, assistant, tool_result) -> list[dict]:
+    """The messages of the formats with a system message, one message per
+    turn and tool results as role "tool" (OpenAI Chat, Ollama): assistant
+    and tool_result make the two that differ."""
     messages: list[dict] = []
     if conversation.system is not None:
         messages.append({"role": "system", "content": conversation.system})
@@ -181,11 +228,17 @@ def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
         if isinstance(turn, UserTurn):
             messages.append({"role": "user", "content": turn.text})
         elif isinstance(turn, AssistantTurn):
-            messages.append(_chat_assistant(turn.message))
+            messages.append(assistant(turn.message))
         elif isinstance(turn, ToolResult):
-            messages.append({"role": "tool", "tool_call_id": turn.call_id, "content": turn.content})
+            messages.append({"role": "tool", **tool_result(turn), "content": turn.content})
         else:
             raise TypeError(f"not a conversation turn: {turn!r}")
+    return messages
+
+
+def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
+    messages = _role_messages(conversation, _chat_assistant,
+                              lambda result: {"tool_call_id": result.call_id})
     body: dict = {"model": provider.model, "messages": messages, "stream": True,
                   "stream_options": {"include_usage": True}}
     if provider.max_tokens is not None:
@@ -307,4 +360,37 @@ def _responses_items(message: Message) -> list[dict]:
     return items
 
 
-_BUILDERS = {"openai-chat": _chat, "anthropic": _anthropic, "openai-responses": _responses}
+# ---- Ollama's native API ----
+
+def _ollama(provider: Provider, conversation: Conversation, tools: list[Tool]):
+    messages = _role_messages(conversation, _ollama_assistant,
+                              lambda result: {"tool_name": result.name})
+    body: dict = {"model": provider.model, "messages": messages, "stream": True}
+    options: dict = {}
+    if provider.num_ctx is not None:
+        options["num_ctx"] = provider.num_ctx
+    if provider.max_tokens is not None:
+        options["num_predict"] = provider.max_tokens
+    if options:
+        body["options"] = options
+    for name in ("keep_alive", "think"):
+        if getattr(provider, name) is not None:
+            body[name] = getattr(provider, name)
+    if provider.format is not None:
+        body["format"] = provider.format if isinstance(provider.format, str) else dict(provider.format)
+    if tools:
+        body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
+    return "/api/chat", body
+
+
+def _ollama_assistant(message: Message) -> dict:
+    out: dict = {"role": "assistant", "content": message.text}
+    if message.tool_calls:
+        out["tool_calls"] = [{"function": {
+            "name": c.name, "arguments": c.parsed if c.parsed is not None else {}}}
+            for c in message.tool_calls]
+    return out
+
+
+_BUILDERS = {"openai-chat": _chat, "anthropic": _anthropic, "openai-responses": _responses,
+             "ollama": _ollama}

@@ -59,7 +59,9 @@ _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "m
                  "max_tool_arguments", "max_answer_bytes")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
-                      "total_timeout": float, "max_tokens": int}
+                      "total_timeout": float, "max_tokens": int, "num_ctx": int}
+# Ollama's options of more than one TOML type: Provider checks them.
+_PROVIDER_ANY = ("keep_alive", "think", "format")
 _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",
                   "sentence_max_chars", "first_sentence_chars", "tools")
 _TOOL_KEYS = ("name", "description", "parameters", "timeout")
@@ -67,7 +69,7 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
 _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
                   "retries", "headers", "fallback", "cooldown", "max_cooldown",
                   "retry_without_tools",
-                  *_PROVIDER_OPTIONAL)
+                  *_PROVIDER_OPTIONAL, *_PROVIDER_ANY)
 MAX_COOLDOWN = 86400.0  # a day: a longer wait is a disabled provider, which has its own state
 
 
@@ -299,6 +301,7 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
         raise table.error("model", "must not be empty")
     settings.update({key: table.get(key, kind) for key, kind in _PROVIDER_OPTIONAL.items()
                      if key in table.values})
+    settings.update({key: table.values[key] for key in _PROVIDER_ANY if key in table.values})
     settings.update(headers=_headers(table),
                     api_key=_api_key(table, environ, config_dir, warnings))
     try:

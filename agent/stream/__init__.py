@@ -1,8 +1,8 @@
 """Stream core: network reads in, typed events out (sans-IO).
 
 The bytes of a streaming HTTP response go to StreamDecoder.feed(); the C core
-(csrc/, bound in agent.stream._core) frames SSE, scans strict JSON and
-extracts the protocol's fields in one call per read.
+(csrc/, bound in agent.stream._core) frames SSE (NDJSON for Ollama), scans
+strict JSON and extracts the protocol's fields in one call per read.
 """
 
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamClosedError, StreamDecoder

@@ -12,9 +12,9 @@ import re
 from cffi import FFI
 
 CSRC = "csrc"
-SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "json.c", "record.c", "extract.c",
-                                                "openai_chat.c", "anthropic.c",
-                                                "openai_responses.c")]
+SOURCES = [os.path.join(CSRC, name) for name in ("sse.c", "ndjson.c", "json.c", "record.c",
+                                                "extract.c", "openai_chat.c", "anthropic.c",
+                                                "openai_responses.c", "ollama.c")]
 
 CDEF = """
 #define HA_REC_WORDS ...
@@ -29,7 +29,7 @@ CDEF = """
 #define HA_SSE_TAIL_INCOMPLETE_UTF8 ...
 
 typedef enum { HA_PROTO_SSE, HA_PROTO_OPENAI_CHAT, HA_PROTO_ANTHROPIC,
-               HA_PROTO_OPENAI_RESPONSES, ... } ha_protocol;
+               HA_PROTO_OPENAI_RESPONSES, HA_PROTO_OLLAMA, ... } ha_protocol;
 typedef enum { HA_HDR_EVENTS, HA_HDR_TEXT, HA_HDR_CONSUMED, HA_HDR_FULL, ... }
     ha_header_word;
 typedef enum { HA_WORD_KIND, HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,
@@ -38,6 +38,8 @@ typedef enum { HA_WORD_KIND, HA_WORD_INDEX, HA_WORD_SUB, HA_WORD_CODE,
     ha_rec_word;
 typedef enum { HA_USAGE_INPUT, HA_USAGE_OUTPUT, HA_USAGE_TOTAL, HA_USAGE_CACHE_READ,
                HA_USAGE_CACHE_WRITE, HA_USAGE_REASONING, ... } ha_usage_word;
+typedef enum { HA_TIMING_TOTAL, HA_TIMING_LOAD, HA_TIMING_PROMPT_EVAL, HA_TIMING_EVAL,
+               ... } ha_timing_word;
 typedef enum { HA_ITEM_TEXT, HA_ITEM_THINKING, HA_ITEM_REDACTED_THINKING,
                HA_ITEM_TOOL_USE, HA_ITEM_OTHER, ... } ha_item_kind;
 typedef enum { HA_FINISH_STOP, HA_FINISH_COMPLETED, HA_FINISH_INCOMPLETE,
@@ -47,13 +49,13 @@ typedef enum { HA_WARN_BAD_JSON, HA_WARN_NOT_OBJECT, HA_WARN_UNKNOWN_EVENT,
                HA_WARN_MISSING_FIELD, HA_WARN_ELIDED, HA_WARN_DELTA_ELIDED,
                ... } ha_warning;
 typedef enum { HA_ERR_EVENT_TOO_LARGE, HA_ERR_NAME_TOO_LONG, HA_ERR_ID_TOO_LONG,
-               HA_ERR_OUTPUT_TOO_LARGE, ... } ha_framing_error;
+               HA_ERR_LINE_TOO_LARGE, HA_ERR_OUTPUT_TOO_LARGE, ... } ha_framing_error;
 typedef enum { HA_REC_SSE_EVENT, HA_REC_TEXT, HA_REC_REASONING, HA_REC_REFUSAL,
                HA_REC_SIGNATURE, HA_REC_TOOL_START, HA_REC_TOOL_ARGS,
                HA_REC_BLOCK_START, HA_REC_BLOCK_STOP, HA_REC_CITATION,
                HA_REC_FINISH, HA_REC_USAGE, HA_REC_META, HA_REC_ERROR,
                HA_REC_END, HA_REC_WARNING, HA_REC_FRAMING_ERROR, HA_REC_TAIL,
-               HA_REC_UNKNOWN_FIELD, ... } ha_rec_kind;
+               HA_REC_UNKNOWN_FIELD, HA_REC_TIMINGS, ... } ha_rec_kind;
 typedef enum { HA_JSON_ABSENT, HA_JSON_NULL, HA_JSON_FALSE, HA_JSON_TRUE,
                HA_JSON_NUMBER, HA_JSON_STRING, HA_JSON_ARRAY, HA_JSON_OBJECT,
                ... } ha_json_kind;

@@ -32,6 +32,7 @@ from agent.stream.records import (
     SignatureDelta,
     StreamEnd,
     TextDelta,
+    Timings,
     ToolArgsDelta,
     ToolCallStart,
     Truncated,
@@ -63,11 +64,13 @@ _S3, _S3_END, _RAW, _RAW_END = (lib.HA_WORD_S3, lib.HA_WORD_S3_END, lib.HA_WORD_
                                 lib.HA_WORD_RAW_END)
 _USAGE_WORDS = (lib.HA_USAGE_INPUT, lib.HA_USAGE_OUTPUT, lib.HA_USAGE_TOTAL,
                 lib.HA_USAGE_CACHE_READ, lib.HA_USAGE_CACHE_WRITE, lib.HA_USAGE_REASONING)
+_TIMING_WORDS = (lib.HA_TIMING_TOTAL, lib.HA_TIMING_LOAD, lib.HA_TIMING_PROMPT_EVAL,
+                 lib.HA_TIMING_EVAL)
 _TEXT = lib.HA_REC_TEXT
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
 _SSE_EVENT = lib.HA_REC_SSE_EVENT
-_END_SENTINELS = ("[DONE]", "message_stop")
+_END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
 _WARNINGS = {k.value: k for k in WarningCode}
@@ -85,7 +88,8 @@ class StreamDecoder:
     buffer_size bounds one SSE event's data (default 64 KiB); an event of
     JSON over it keeps its small fields, its long strings elided (sse.h); one
     too large even so becomes a FramingError and decoding goes on with the
-    next event.
+    next event. For Protocol.OLLAMA it bounds one NDJSON line: a longer line
+    is a FramingError (LINE_TOO_LARGE), nothing elided.
     Memory is allocated here, once; feeding allocates nothing in C.
     """
 
@@ -207,6 +211,8 @@ class StreamDecoder:
             return Finish(opt(_INDEX), _FINISH[w[_SUB]], s(_S1), s(_S2))
         if kind == lib.HA_REC_USAGE:
             return Usage(*map(opt, _USAGE_WORDS))
+        if kind == lib.HA_REC_TIMINGS:
+            return Timings(*map(opt, _TIMING_WORDS))
         if kind == lib.HA_REC_META:
             return Meta(s(_S1), s(_S2))
         if kind == lib.HA_REC_ERROR:

@@ -157,6 +157,15 @@ class Usage:
 
 
 @dataclass(slots=True)
+class Timings:
+    """Ollama's durations of the answer, in nanoseconds (its done line)."""
+    total_ns: int | None = None
+    load_ns: int | None = None
+    prompt_eval_ns: int | None = None
+    eval_ns: int | None = None
+
+
+@dataclass(slots=True)
 class Meta:
     id: str | None
     model: str | None
@@ -172,7 +181,8 @@ class ProviderError:
 
 @dataclass(slots=True)
 class StreamEnd:
-    """The protocol's end sentinel: "[DONE]" or "message_stop"."""
+    """The protocol's end sentinel: "[DONE]", "message_stop" or "done"
+    (Ollama's done: true)."""
     sentinel: str
 
 

@@ -17,28 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "olog.h"
+
 /* ---- outcome log ---- */
-
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} olog;
-
-static void log_add(olog *l, const void *p, size_t n)
-{
-    if (l->len + n > l->cap) {
-        size_t cap = l->cap ? l->cap : 256;
-        while (cap < l->len + n)
-            cap *= 2;
-        l->p = realloc(l->p, cap);
-        if (l->p == NULL)
-            __builtin_trap();
-        l->cap = cap;
-    }
-    if (n > 0)
-        memcpy(l->p + l->len, p, n);
-    l->len += n;
-}
 
 static void log_size(olog *l, uint64_t v)
 {

@@ -81,13 +81,14 @@ static void check_call(run *r, size_t n)
         __builtin_trap();
     for (size_t i = 0; i < n; i++) {
         const int64_t *w = r->recs + HA_REC_HEADER + i * HA_REC_WORDS;
-        if (w[HA_WORD_KIND] < HA_REC_SSE_EVENT || w[HA_WORD_KIND] > HA_REC_UNKNOWN_FIELD)
+        if (w[HA_WORD_KIND] < HA_REC_SSE_EVENT || w[HA_WORD_KIND] > HA_REC_TIMINGS)
             __builtin_trap();
-        if (w[HA_WORD_KIND] != HA_REC_USAGE)
+        int counts = w[HA_WORD_KIND] == HA_REC_USAGE || w[HA_WORD_KIND] == HA_REC_TIMINGS;
+        if (!counts)
             for (int s = HA_WORD_S1; s <= HA_WORD_S3; s += 2)
                 if (w[s] != -1 && (w[s] > w[s + 1] || byte_of(r->text, text_len, w[s + 1]) > text_len))
                     __builtin_trap();
-        if (w[HA_WORD_KIND] != HA_REC_USAGE && w[HA_WORD_RAW] != -1 &&
+        if (!counts && w[HA_WORD_RAW] != -1 &&
             (w[HA_WORD_RAW] > w[HA_WORD_RAW_END] || w[HA_WORD_RAW_END] > (int64_t)sizeof r->raw))
             __builtin_trap();
         if (w[HA_WORD_KIND] == HA_REC_TEXT) {
@@ -138,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 4)
         return 0;
-    ha_protocol proto = (ha_protocol)(data[0] % 4);
+    ha_protocol proto = (ha_protocol)(data[0] % (HA_PROTO_OLLAMA + 1));
     size_t n_splits = data[1] % 8;
     if (size < 2 + n_splits)
         return 0;

@@ -301,6 +301,89 @@ static void test_framing_records_and_tail(check_counts *c)
     free(f);
 }
 
+static void test_ollama(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OLLAMA, 64);
+    /* thinking, then text pieces merged across lines; META once */
+    feed(f, "{\"model\":\"qwen3\",\"created_at\":\"t\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Hm\"},\"done\":false}\n"
+            "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"done\":false}\r\n"
+            "\n"
+            "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"lo\"},\"done\":false}\n");
+    CHECK(c, f->n == 3 && f->recs[HA_HDR_EVENTS] == 3);
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_META && rec(f, 0)[HA_WORD_S1] == -1 && span_is(f, 0, HA_WORD_S2, "qwen3"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_REASONING && rec(f, 1)[HA_WORD_INDEX] == 0 && span_is(f, 1, HA_WORD_S1, "Hm"));
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_TEXT && span_is(f, 2, HA_WORD_S1, "Hello"));
+    /* tool calls: head then the arguments object's bytes as sent */
+    feed(f, "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
+            "{\"function\":{\"name\":\"get\",\"arguments\":{\"a\": [1, \"\\u00e9\"]}}},"
+            "{\"id\":\"call_7\",\"function\":{\"index\":1,\"name\":\"put\",\"arguments\":{}}}]},\"done\":false}\n");
+    CHECK(c, f->n == 4);
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_TOOL_START && rec(f, 0)[HA_WORD_SUB] == -1 &&
+                 rec(f, 0)[HA_WORD_S1] == -1 && span_is(f, 0, HA_WORD_S2, "get"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && span_is(f, 1, HA_WORD_S1, "{\"a\": [1, \"\\u00e9\"]}"));
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_TOOL_START && rec(f, 2)[HA_WORD_SUB] == 1 &&
+                 span_is(f, 2, HA_WORD_S1, "call_7") && span_is(f, 2, HA_WORD_S2, "put"));
+    CHECK(c, rec(f, 3)[HA_WORD_KIND] == HA_REC_TOOL_ARGS && rec(f, 3)[HA_WORD_SUB] == 1 && span_is(f, 3, HA_WORD_S1, "{}"));
+    /* the done line: finish, usage, timings, end */
+    feed(f, "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true,\"done_reason\":\"length\","
+            "\"total_duration\":900,\"load_duration\":10,\"prompt_eval_count\":12,\"prompt_eval_duration\":300,"
+            "\"eval_count\":34,\"eval_duration\":500}\n");
+    CHECK(c, f->n == 4);
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_FINISH && rec(f, 0)[HA_WORD_INDEX] == -1 &&
+                 rec(f, 0)[HA_WORD_SUB] == HA_FINISH_STOP && span_is(f, 0, HA_WORD_S1, "length"));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 1)[HA_USAGE_INPUT] == 12 &&
+                 rec(f, 1)[HA_USAGE_OUTPUT] == 34 && rec(f, 1)[HA_USAGE_TOTAL] == -1);
+    CHECK(c, rec(f, 2)[HA_WORD_KIND] == HA_REC_TIMINGS && rec(f, 2)[HA_TIMING_TOTAL] == 900 &&
+                 rec(f, 2)[HA_TIMING_LOAD] == 10 && rec(f, 2)[HA_TIMING_PROMPT_EVAL] == 300 &&
+                 rec(f, 2)[HA_TIMING_EVAL] == 500);
+    CHECK(c, rec(f, 3)[HA_WORD_KIND] == HA_REC_END && rec(f, 3)[HA_WORD_CODE] == 2);
+    free(f);
+
+    f = open_stream(HA_PROTO_OLLAMA, 64);
+    /* an error line, as the official client: a string or anything truthy */
+    feed(f, "{\"error\":\"model 'x' not found\"}\n{\"error\":{\"message\":\"m\"}}\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_KIND] == HA_REC_ERROR && rec(f, 0)[HA_WORD_S1] == -1 &&
+                 span_is(f, 0, HA_WORD_S2, "model 'x' not found") && raw_is(f, 0, "\"model 'x' not found\""));
+    CHECK(c, rec(f, 1)[HA_WORD_KIND] == HA_REC_ERROR && span_is(f, 1, HA_WORD_S2, "m"));
+    /* "" and null are no error; the line is then read as usual */
+    feed(f, "{\"error\":\"\",\"message\":{\"content\":\"a\"}}\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_TEXT);
+    /* wrong shapes warn by path */
+    feed(f, "{\"done\":false}\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_MISSING_FIELD && span_is(f, 0, HA_WORD_S1, "message"));
+    feed(f, "{\"message\":{\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},\"done\":\"yes\"}\n");
+    CHECK(c, f->n == 3 && rec(f, 0)[HA_WORD_KIND] == HA_REC_TOOL_START &&
+                 rec(f, 1)[HA_WORD_CODE] == HA_WARN_FIELD_TYPE && span_is(f, 1, HA_WORD_S1, "message.tool_calls[].function.arguments") &&
+                 rec(f, 2)[HA_WORD_CODE] == HA_WARN_FIELD_TYPE && span_is(f, 2, HA_WORD_S1, "done"));
+    feed(f, "data: {}\n{\"a\":1}\r{\"b\":2}\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 1)[HA_WORD_CODE] == HA_WARN_BAD_JSON &&
+                 rec(f, 1)[HA_WORD_SUB] == HA_JSON_ERR_TRAILING);
+    /* a line over the buffer; the last line without LF is delivered at close */
+    char *big = malloc(SSE_CAP + 64);
+    memset(big, ' ', SSE_CAP + 8);
+    memcpy(big + SSE_CAP, "{}\n", 4);
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 rec(f, 0)[HA_WORD_CODE] == HA_ERR_LINE_TOO_LARGE && rec(f, 0)[HA_WORD_INDEX] == SSE_CAP + 2);
+    free(big);
+    feed(f, "{\"message\":{\"content\":\"x\"},\"done\":true}");
+    CHECK(c, f->n == 0);
+    f->n = ha_stream_close(&f->st);
+    CHECK(c, f->n == 6 && rec(f, 0)[HA_WORD_KIND] == HA_REC_TEXT && rec(f, 1)[HA_WORD_KIND] == HA_REC_FINISH &&
+                 rec(f, 1)[HA_WORD_S1] == -1 && rec(f, 4)[HA_WORD_KIND] == HA_REC_END &&
+                 rec(f, 5)[HA_WORD_KIND] == HA_REC_TAIL && rec(f, 5)[HA_WORD_CODE] == HA_SSE_TAIL_PARTIAL_LINE &&
+                 rec(f, 5)[HA_WORD_INDEX] == 39);
+    free(f);
+
+    /* a line left pending by a full area is delivered by close */
+    f = open_stream(HA_PROTO_OLLAMA, 2);
+    feed(f, "{\"message\":{\"content\":\"a\",\"thinking\":\"b\"}}\n{\"message\":{\"content\":\"c\",\"thinking\":\"d\"}}\n");
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1);
+    f->n = ha_stream_close(&f->st);
+    CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 0 && span_is(f, 0, HA_WORD_S1, "d") && span_is(f, 1, HA_WORD_S1, "c"));
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -314,5 +397,6 @@ int main(int argc, char **argv)
     test_required_fields_and_type_names(&c);
     test_output_full_is_a_transaction(&c);
     test_framing_records_and_tail(&c);
+    test_ollama(&c);
     return check_summary(&c);
 }

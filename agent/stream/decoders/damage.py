@@ -46,6 +46,7 @@ _FRAMING_WHAT = {
     FramingErrorCode.EVENT_TOO_LARGE: "an event over the stream buffer was dropped",
     FramingErrorCode.NAME_TOO_LONG: "an event with an over-long event name was dropped",
     FramingErrorCode.ID_TOO_LONG: "an over-long id field was ignored",
+    FramingErrorCode.LINE_TOO_LARGE: "an NDJSON line over the stream buffer was dropped",
     FramingErrorCode.OUTPUT_TOO_LARGE: "an event decoding to more records than fit was dropped",
 }
 # The core's warnings that cost a whole event (a decoder's own BAD_JSON, such

@@ -1,0 +1,374 @@
+"""Ollama decoder benchmark: OllamaDecoder against the official client's own
+parsing path and against a Python line splitter + msgspec, on the same bytes.
+
+    python bench/ollama_bench.py [--quick] [--json]
+
+A synthetic /api/chat stream made from a fixed seed, shaped like a real one
+(thinking lines, content lines of 1-20 code points with CJK and emoji, two
+tool-call lines, the done line), is fed in two regimes: (A) the body cut into
+4 KiB reads, (B) one NDJSON line per read. Three approaches run on the same
+reads, each from the first byte to the final answer (text, thinking, tool
+calls with their argument bytes, done_reason, counts):
+
+  ours     OllamaDecoder: feed(read) per read, close(), then `.message`
+  client   the ollama package's path with no network, as Client.chat(
+           stream=True) runs it: httpx's incremental UTF-8 and line decoders
+           (Response.iter_lines), json.loads, the `error` check, then
+           ChatResponse(**part); the pieces accumulated into the answer
+  msgspec  a Python line splitter (bytes, split at LF, the tail kept) and
+           msgspec.json.decode into typed Structs, the arguments kept as
+           msgspec.Raw (their bytes as sent, as ours keeps them); per read
+           it returns the same delta objects ours does (TextDelta,
+           ReasoningDelta), the work a consumer that forwards deltas needs
+
+Before any timing, all three are checked to give the same answer in both
+regimes; a mismatch stops the run. The method is bench/decoder_bench.py's
+(interleaved rounds, rotating order, gc off in the timed sections, samples of
+about target_ms, fresh state built outside the clock); reported are medians
+of ns per line with their interquartile range, and each peer / ours as a
+ratio of medians, of per-round pairs and of minima. Only the ratios within
+one run hold: the machine's load moves the nanoseconds.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench/ is no package: its siblings by name
+
+import decoder_bench as db  # noqa: E402  (sets up agent.stream from the tree if needed)
+
+from agent.stream.decoders import OllamaDecoder  # noqa: E402
+from agent.stream.records import ReasoningDelta, TextDelta  # noqa: E402
+
+sb = db.sb
+
+try:
+    import ollama
+    from httpx._decoders import LineDecoder, TextDecoder
+except ImportError:  # pragma: no cover - the test extra brings it
+    ollama = None
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - the bench extra brings it
+    msgspec = None
+
+REGIMES = ("4k", "line")
+MODEL = "qwen3:8b"
+
+
+# --------------------------------------------------------------------------
+# The stream
+# --------------------------------------------------------------------------
+
+# Go's encoding/json, which Ollama's server writes with: compact, UTF-8 as
+# is but for the HTML characters and the two JavaScript line separators
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                             "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _go_json(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_GO_ESCAPES)
+
+
+def _line(obj: dict) -> bytes:
+    return _go_json(obj).encode() + b"\n"
+
+
+def make_stream(seed: int, text_chunks: int, thinking_chunks: int,
+                tool_arg_chars: int) -> tuple[list[bytes], dict]:
+    """The stream as a list of lines, and the answer it carries."""
+    rng = random.Random(seed)
+    stamp = "2026-12-01T10:00:00.%06dZ"
+    lines, thinking, text = [], [], []
+
+    def piece(message: dict, i: int) -> bytes:
+        return _line({"model": MODEL, "created_at": stamp % i,
+                      "message": {"role": "assistant", "content": "", **message}, "done": False})
+
+    for i in range(thinking_chunks):
+        t = sb._delta_text(rng)
+        thinking.append(t)
+        lines.append(piece({"thinking": t}, i))
+    for i in range(text_chunks):
+        t = sb._delta_text(rng)
+        text.append(t)
+        lines.append(piece({"content": t}, thinking_chunks + i))
+    calls = []
+    for k, name in enumerate(("get_weather", "get_time")):
+        args = json.loads(db._tool_arguments(rng, tool_arg_chars))
+        lines.append(piece({"tool_calls": [{"function": {"name": name, "arguments": args}}]},
+                           thinking_chunks + text_chunks + k))
+        # the argument string: the object's bytes as the server wrote them
+        calls.append((name, _go_json(args)))
+    lines.append(_line({"model": MODEL, "created_at": stamp % len(lines),
+                        "message": {"role": "assistant", "content": ""}, "done": True,
+                        "done_reason": "stop", "total_duration": 4_100_000_000,
+                        "load_duration": 60_000_000, "prompt_eval_count": 412,
+                        "prompt_eval_duration": 300_000_000, "eval_count": len(lines),
+                        "eval_duration": 3_700_000_000}))
+    expected = {"text": "".join(text), "thinking": "".join(thinking), "calls": calls,
+                "done_reason": "stop", "counts": (412, len(lines) - 1)}
+    return lines, expected
+
+
+def make_reads(lines: list[bytes]) -> dict:
+    return {"4k": sb.reads_4k(lines), "line": list(lines)}
+
+
+# --------------------------------------------------------------------------
+# The approaches: prepare(k) builds k fresh states outside the clock;
+# run(state, reads) decodes one stream and returns its answer as a dict.
+# --------------------------------------------------------------------------
+
+def _ours_prepare(k: int) -> list:
+    return [OllamaDecoder() for _ in range(k)]
+
+
+def _ours_run(dec: OllamaDecoder, reads: list[bytes]) -> dict:
+    feed = dec.feed
+    for r in reads:
+        feed(r)
+    dec.close()
+    m = dec.message
+    return {"text": m.text, "thinking": m.reasoning,
+            "calls": [(c.name, c.arguments) for c in m.tool_calls],
+            "done_reason": m.raw_finish_reason,
+            "counts": (m.usage.input_tokens, m.usage.output_tokens)}
+
+
+class UpstreamErrorLine(Exception):
+    """What the client raises at an error line (its ResponseError)."""
+
+
+def _client_prepare(k: int) -> list:
+    return [(TextDecoder(), LineDecoder()) for _ in range(k)]
+
+
+def _client_run(state, reads: list[bytes]) -> dict:
+    """ollama._client.Client._request's stream loop over Response.iter_lines."""
+    text_dec, line_dec = state
+    chat = ollama.ChatResponse
+    text, thinking, calls, final = [], [], [], None
+
+    def lines():
+        for r in reads:
+            yield from line_dec.decode(text_dec.decode(r))
+        yield from line_dec.decode(text_dec.flush())
+        yield from line_dec.flush()
+
+    for line in lines():
+        part = json.loads(line)
+        if part.get("error"):
+            raise UpstreamErrorLine(part["error"])
+        resp = chat(**part)
+        m = resp.message
+        if m.content:
+            text.append(m.content)
+        if m.thinking:
+            thinking.append(m.thinking)
+        for c in m.tool_calls or ():
+            # the arguments are a dict by now: written back as the server did
+            calls.append((c.function.name, _go_json(c.function.arguments)))
+        if resp.done:
+            final = resp
+    return {"text": "".join(text), "thinking": "".join(thinking), "calls": calls,
+            "done_reason": final.done_reason,
+            "counts": (final.prompt_eval_count, final.eval_count)}
+
+
+if msgspec is not None:
+    class _Function(msgspec.Struct):
+        name: str
+        arguments: msgspec.Raw
+
+    class _Call(msgspec.Struct):
+        function: _Function
+
+    class _Message(msgspec.Struct):
+        content: str = ""
+        thinking: str | None = None
+        tool_calls: list[_Call] | None = None
+
+    class _Line(msgspec.Struct):
+        message: _Message | None = None
+        done: bool = False
+        done_reason: str | None = None
+        prompt_eval_count: int | None = None
+        eval_count: int | None = None
+        error: str | None = None
+
+    _DECODE_LINE = msgspec.json.Decoder(_Line).decode
+
+
+def _msgspec_prepare(k: int) -> list:
+    return [[b""] for _ in range(k)]
+
+
+def _msgspec_run(tail: list, reads: list[bytes]) -> dict:
+    """Per read, like ours: the events a consumer forwards (the same record
+    objects ours returns), and the pieces for the answer."""
+    decode = _DECODE_LINE
+    text, thinking, calls, final = [], [], [], None
+    for r in reads:
+        parts = (tail[0] + r).split(b"\n") if tail[0] else r.split(b"\n")
+        tail[0] = parts.pop()
+        out = []
+        for line in parts:
+            if not line:
+                continue
+            obj = decode(line)
+            if obj.error:
+                raise UpstreamErrorLine(obj.error)
+            m = obj.message
+            if m is not None:
+                if m.content:
+                    text.append(m.content)
+                    out.append(TextDelta(0, m.content))
+                if m.thinking:
+                    thinking.append(m.thinking)
+                    out.append(ReasoningDelta(0, m.thinking))
+                if m.tool_calls:
+                    for c in m.tool_calls:
+                        calls.append((c.function.name, bytes(c.function.arguments).decode()))
+            if obj.done:
+                final = obj
+    return {"text": "".join(text), "thinking": "".join(thinking), "calls": calls,
+            "done_reason": final.done_reason,
+            "counts": (final.prompt_eval_count, final.eval_count)}
+
+
+def runners() -> dict:
+    out = {"ours": (_ours_prepare, _ours_run)}
+    if ollama is not None:
+        out["client"] = (_client_prepare, _client_run)
+    if msgspec is not None:
+        out["msgspec"] = (_msgspec_prepare, _msgspec_run)
+    return out
+
+
+def check_agreement(reads: list[bytes], expected: dict) -> None:
+    for name, (prepare, run) in runners().items():
+        got = run(prepare(1)[0], reads)
+        if got != expected:
+            diff = {k: (got.get(k), expected[k]) for k in expected if got.get(k) != expected[k]}
+            raise db.Mismatch(f"{name}: {str(diff)[:400]}")
+
+
+# --------------------------------------------------------------------------
+# Timing and report
+# --------------------------------------------------------------------------
+
+def bench(cfg: dict, lines: list[bytes], log) -> dict:
+    reads = make_reads(lines)
+    run_by = runners()
+    cases = [(a, reg) for a in run_by for reg in REGIMES]
+    reps: dict = {}
+    for case in cases:
+        prepare, run = run_by[case[0]]
+        for _ in range(cfg["warmup"]):
+            sb._time_sample(run, prepare(1), reads[case[1]])
+        t = sb._time_sample(run, prepare(1), reads[case[1]])
+        reps[case] = max(1, min(cfg["max_reps"], math.ceil(cfg["target_ms"] * 1e6 / max(t, 1))))
+    log(f"warm-up done; samples of about {cfg['target_ms']} ms, {cfg['rounds']} rounds")
+    samples: dict = {c: [] for c in cases}
+    for rnd in range(cfg["rounds"]):
+        k = rnd % len(cases)
+        for case in cases[k:] + cases[:k]:
+            prepare, run = run_by[case[0]]
+            states = prepare(reps[case])
+            ns = sb._time_sample(run, states, reads[case[1]])
+            samples[case].append(ns / (reps[case] * len(lines)))
+            del states
+        gc.collect()
+    res: dict = {}
+    for reg in REGIMES:
+        r: dict = {"reads": len(reads[reg])}
+        for a in run_by:
+            xs = samples[a, reg]
+            q1, med, q3 = sb._quantiles(xs)
+            r[a] = {"median": med, "q1": q1, "q3": q3, "min": min(xs),
+                    "iqr_pct": (q3 - q1) / med * 100, "reps": reps[a, reg], "samples": xs}
+        o = r["ours"]
+        for peer in run_by:
+            if peer != "ours":
+                s = r[peer]
+                r[f"ratio_{peer}"] = {
+                    "medians": s["median"] / o["median"],
+                    "paired_rounds": statistics.median(x / y for x, y in zip(s["samples"],
+                                                                              o["samples"])),
+                    "minima": s["min"] / o["min"]}
+        res[reg] = r
+    return res
+
+
+def configure(quick: bool) -> dict:
+    """decoder_bench's sizes and rounds; thinking lines where it has reasoning."""
+    cfg = db.configure(quick)
+    cfg["thinking_chunks"] = cfg.pop("reasoning_chunks")
+    cfg["seed"] = 20261201
+    return cfg
+
+
+def run(quick: bool = False, log=None) -> dict:
+    log = log or (lambda s: None)
+    cfg = configure(quick)
+    t0 = time.perf_counter()
+    env = db._env()
+    env["ollama"] = version("ollama") if ollama else None
+    env["msgspec"] = msgspec.__version__ if msgspec else None
+    lines, expected = make_stream(cfg["seed"], cfg["text_chunks"], cfg["thinking_chunks"],
+                                  cfg["tool_arg_chars"])
+    for reads in make_reads(lines).values():
+        check_agreement(reads, expected)
+    log(f"agreement checked: {len(lines)} lines, {sum(map(len, lines))} bytes")
+    regimes = bench(cfg, lines, log)
+    return {"env": env, "config": {**cfg, "quick": quick}, "lines": len(lines),
+            "bytes": sum(map(len, lines)),
+            "missing": [n for n, m in (("ollama", ollama), ("msgspec", msgspec)) if m is None],
+            "regimes": regimes, "elapsed_s": time.perf_counter() - t0}
+
+
+def report(res: dict, out) -> None:
+    def p(s=""):
+        print(s, file=out)
+
+    env, cfg = res["env"], res["config"]
+    p(f"homeagent ollama bench: OllamaDecoder vs the ollama client's path and a line "
+      f"splitter + msgspec, seed {cfg['seed']}{' (--quick)' if cfg['quick'] else ''}")
+    p(f"python {env['python']} {env['machine']}, {env['cpus']} CPUs, ollama {env['ollama']}, "
+      f"msgspec {env['msgspec']}, pydantic {env['pydantic']}, load {env['loadavg_start']}")
+    p(f"stream: {res['lines']} lines, {res['bytes']} bytes; {cfg['rounds']} rounds")
+    if res["missing"]:
+        p(f"not installed, left out: {', '.join(res['missing'])}")
+    p()
+    p(f"{'regime':<8}{'reads':>6}  {'approach':<9}{'ns/line':>10}{'IQR %':>7}"
+      f"{'peer/ours: medians':>20}{'paired':>8}{'minima':>8}")
+    for reg in REGIMES:
+        r = res["regimes"][reg]
+        for a in ("ours", "client", "msgspec"):
+            if a not in r:
+                continue
+            x = r[a]
+            ratio = r.get(f"ratio_{a}")
+            tail = (f"{ratio['medians']:>19.2f}x{ratio['paired_rounds']:>7.2f}x"
+                    f"{ratio['minima']:>7.2f}x") if ratio else ""
+            p(f"{reg:<8}{r['reads']:>6}  {a:<9}{x['median']:>10,.0f}{x['iqr_pct']:>6.0f}%{tail}")
+    p(f"total bench time {res['elapsed_s']:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return db.command(__doc__, run, report, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

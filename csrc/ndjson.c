@@ -1,0 +1,84 @@
+/* Newline-delimited JSON framer, see ndjson.h for the contract.
+ *
+ * The line in progress goes straight into the caller's buffer; bytes past
+ * it are only counted. Whether a line is too large, blank or ends in CR is
+ * decided at its LF from what was counted, so every outcome is the same
+ * however the reads were split.
+ */
+#include "ndjson.h"
+
+#include <string.h>
+
+void ha_ndjson_init(ha_ndjson *n, uint8_t *buf, size_t cap)
+{
+    memset(n, 0, sizeof *n);
+    n->buf = buf;
+    n->cap = cap;
+    n->blank = 1;
+}
+
+static void append(ha_ndjson *n, const uint8_t *p, size_t k)
+{
+    size_t room = n->cap > n->size ? n->cap - n->size : 0;
+    if (k == 0)
+        return;
+    if (room > 0)
+        memcpy(n->buf + n->size, p, k < room ? k : room);
+    /* only until the first other byte: a line of JSON starts with one */
+    for (size_t i = 0; n->blank && i < k; i++)
+        n->blank = p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
+    n->last_cr = p[k - 1] == '\r';
+    n->size = n->size > SIZE_MAX - k ? SIZE_MAX : n->size + k;
+}
+
+/* The line in progress has ended (LF or end of stream): what to report. */
+static ha_ndjson_status end_line(ha_ndjson *n, ha_ndjson_line *line)
+{
+    size_t len = n->size - (size_t)n->last_cr;
+    ha_ndjson_status st = HA_NDJSON_NEED_INPUT;
+    if (n->blank) {
+        /* skipped */
+    } else if (len > n->cap) {
+        line->data = n->buf;
+        line->data_len = 0;
+        line->size = len;
+        st = HA_NDJSON_ERR_LINE_TOO_LARGE;
+    } else {
+        line->data = n->buf;
+        line->data_len = len;
+        line->size = len;
+        st = HA_NDJSON_LINE;
+    }
+    n->size = 0;
+    n->blank = 1;
+    n->last_cr = 0;
+    return st;
+}
+
+ha_ndjson_status ha_ndjson_next(ha_ndjson *n, const uint8_t *in, size_t len,
+                                size_t *pos, ha_ndjson_line *line)
+{
+    size_t p = *pos;
+    while (p < len) {
+        const uint8_t *lf = memchr(in + p, '\n', len - p);
+        size_t run = lf ? (size_t)(lf - (in + p)) : len - p;
+        append(n, in + p, run);
+        p += run;
+        if (!lf)
+            break;
+        p++; /* the LF */
+        ha_ndjson_status st = end_line(n, line);
+        if (st != HA_NDJSON_NEED_INPUT) {
+            *pos = p;
+            return st;
+        }
+    }
+    *pos = p;
+    return HA_NDJSON_NEED_INPUT;
+}
+
+ha_ndjson_status ha_ndjson_finish(ha_ndjson *n, ha_ndjson_line *line, unsigned *flags)
+{
+    *flags = n->blank ? 0u : HA_NDJSON_TAIL_PARTIAL_LINE;
+    return end_line(n, line);
+}
