@@ -186,9 +186,8 @@ do_site() {
     local cons=$WORK/constraints.txt
     local log=$WORK/site.log
     : >"$log"
-    # the package, its dependencies and the test extra
-    if ! pip_target -c "$cons" "$whl" pytest pytest-trio hypothesis \
-            openai==3.57.0 anthropic==2.14.0 ollama==0.6.3 >>"$log" 2>&1; then
+    # the package, its dependencies and its test extra (pyproject.toml's pins)
+    if ! pip_target -c "$cons" "$whl[test]" >>"$log" 2>&1; then
         cat "$log" >&2
         echo "arm64.sh: installing the aarch64 wheels failed (log above)" >&2
         exit 1
