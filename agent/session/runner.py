@@ -234,7 +234,7 @@ class Runner:
 
     async def _exchange(self, prompt: str, session: str, chain: list[Upstream], lock: trio.Lock,
                         emit: Emit) -> None:
-        history = await self._store(self.store.load, session)
+        history = await self._memory(self.store.load, session)
         index = self._first(chain)
         upstream = chain[index]
         provider = upstream.provider
@@ -408,15 +408,22 @@ class Runner:
         return await self._store(self.store.forget, session)
 
     async def history(self, session: str) -> list:
-        return await self._store(self.store.load, session)
+        return await self._memory(self.store.load, session)
 
     async def sessions(self) -> list[dict]:
-        return await self._store(self.store.sessions)
+        return await self._memory(self.store.sessions)
 
     async def _store(self, call, *args):
         # fsync on an SD card can take tens of milliseconds: off the trio loop.
         async with self._store_lock:
             return await trio.to_thread.run_sync(call, *args)
+
+    async def _memory(self, call, *args):
+        # A call that reads memory only (the store keeps every history there):
+        # after the writes queued before it, as _store, but on this thread; a
+        # worker thread's round trip would delay every ask's first request.
+        async with self._store_lock:
+            return call(*args)
 
 
 def _http_blame(status: int) -> Blame:
