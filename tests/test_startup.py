@@ -1,7 +1,8 @@
 """What the daemon imports before its first ask, read in the daemon process
 itself: a probe runs `homeagent serve` and, on SIGUSR1, writes the names in
 sys.modules to a file. An idle daemon holds no httpx (nor its TLS set-up) and
-no installer; the first ask brings the upstream client in. No timing."""
+no installer; the first ask brings the upstream client in, made once for
+the requests that arrive together. No timing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import signal
 import sys
 import time
 
+import pytest
+import trio
+
 from agent.mock_llm import scripts
+from agent.service import daemon as service
 from conftest import timeout
 from daemon_harness import Daemon, ask_text
 
@@ -67,3 +72,28 @@ def test_an_idle_daemon_imports_no_upstream_client(tmp_path, mock):
         assert sorted(m for m in FIRST_ASK if m not in after) == []
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+@pytest.mark.trio
+async def test_requests_arriving_together_share_the_one_client_made_for_them(mock, monkeypatch):
+    made = []
+
+    def counted():
+        made.append(real())
+        return made[-1]
+
+    real = service.http_client
+    monkeypatch.setattr(service, "http_client", counted)
+    http = service.LazyHttp()
+    statuses = []
+
+    async def get() -> None:
+        async with http.stream("GET", mock.url + "/_mock/requests") as response:
+            statuses.append(response.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(get)
+    await get()  # made: straight to it
+    await http.aclose()
+    assert statuses == [200] * 4 and len(made) == 1
