@@ -23,7 +23,7 @@ delta of the answer, with no mock delay, two ways in interleaved rounds
   daemon  one connection to the daemon's socket kept open: the `ask` line is
           written, reply lines are read (and json-decoded) until the first
           `delta`. Includes the daemon's whole path: request parsing, the
-          session's history load (a worker thread), the upstream request
+          session's history load (in memory), the upstream request
           on its pooled keep-alive connection, the mock's answer, decoding,
           the reply line; and the client's own encode/decode.
   direct  one httpx.Client kept open (keep-alive, like the daemon's pooled
