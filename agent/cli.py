@@ -166,7 +166,8 @@ def _uninstall(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from agent.api.client import default_socket
-    from agent.service.config import DEFAULT_PATH
+    # not install's module: `serve` would import it (and shutil, subprocess...) for a default
+    from agent.service.config import DEFAULT_PATH, DEFAULT_VENV
 
     parser = argparse.ArgumentParser(prog="homeagent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,8 +238,6 @@ def main(argv: list[str] | None = None) -> int:
     mock.add_argument("--retry-after", type=float, default=1.0, metavar="SECONDS",
                       help="the Retry-After of a 429 (default 1)")
     mock.set_defaults(func=_mock_llm)
-
-    from agent.service.install import DEFAULT_VENV
 
     place = argparse.ArgumentParser(add_help=False)
     place.add_argument("--root", default="/", help="work on this directory tree instead "

@@ -23,7 +23,7 @@ delta of the answer, with no mock delay, two ways in interleaved rounds
   daemon  one connection to the daemon's socket kept open: the `ask` line is
           written, reply lines are read (and json-decoded) until the first
           `delta`. Includes the daemon's whole path: request parsing, the
-          session's history load (a worker thread), the upstream request
+          session's history load (in memory), the upstream request
           on its pooled keep-alive connection, the mock's answer, decoding,
           the reply line; and the client's own encode/decode.
   direct  one httpx.Client kept open (keep-alive, like the daemon's pooled
@@ -486,14 +486,20 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.warmup < 0 or args.load_delay_ms < 0:
         parser.error("--warmup and --load-delay-ms cannot be negative")
+    return finish(lambda: run(args.rounds, args.clients, args.waves, args.warmup,
+                              args.load_delay_ms, args.python), report, args.json)
+
+
+def finish(measure, describe, as_json: bool) -> int:
+    """Run measure(); print describe(result), with --json on stderr and the
+    result as JSON on stdout. The exit status: 1 with FAIL on a BenchError."""
     try:
-        result = run(args.rounds, args.clients, args.waves, args.warmup, args.load_delay_ms,
-                     args.python)
+        result = measure()
     except BenchError as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
-    table = report(result)
-    if args.json:
+    table = describe(result)
+    if as_json:
         print(table, file=sys.stderr)
         json.dump(result, sys.stdout, indent=1)
         print()

@@ -16,7 +16,7 @@ import pytest
 from agent.api.client import DEFAULT_SOCKET
 from agent.api.server import GOODBYE_TIMEOUT
 from agent.service import install
-from agent.service.daemon import HTTP_LIMITS
+from agent.service.daemon import UPSTREAM_CONNECTIONS
 from agent.service.config import DEFAULT_PATH, DEFAULT_STATE_DIRECTORY, parse
 from conftest import timeout
 from test_daemon_load import CLIENTS
@@ -253,7 +253,7 @@ def test_open_files_are_bounded_for_a_board():
     test's clients, and that many connections' request lines fit MemoryMax."""
     service = SERVICE["Service"]
     limit = int(one(service, "LimitNOFILE"))
-    assert limit >= HTTP_LIMITS.max_connections + 2 * CLIENTS
+    assert limit >= UPSTREAM_CONNECTIONS + 2 * CLIENTS
     max_line = parse(_minimal_config(), "config.toml").daemon.max_line_bytes
     memory_max = int(one(service, "MemoryMax").removesuffix("M")) * 1024 * 1024
     assert limit * max_line < memory_max / 2

@@ -15,8 +15,8 @@
 #                              wheel into a target dir; precompile bytecode
 #   toolchain/arm64.sh test    4. the C tests and the whole pytest suite, emulated
 #                              (runs stages 1-3 first if their output is missing),
-#                              then bench/daemon_bench.py and bench/token_bench.py
-#                              emulated
+#                              then bench/daemon_bench.py, bench/token_bench.py and
+#                              bench/startup_bench.py emulated
 #
 # Everything lives under ARM64_WORK (default build/arm64 in the checkout).
 # Environment: ARM64_WORK, HOMEAGENT_TEST_SCALE (0.2 in the emulated run),
@@ -283,6 +283,15 @@ do_test() {
         "$PYARM" bench/token_bench.py --tokens 300 --rounds 1) 2>&1 \
         | tee "$WORK/token-bench.txt" || rc=1
     STAGE_TIME[token-bench]=$((SECONDS - t0))
+
+    # Exec to READY=1, the idle RSS and the first ask after a start,
+    # emulated: three starts (about a minute).
+    t0=$SECONDS
+    echo "== arm64: start-up bench, emulated"
+    (cd "$TREE/main" && env QEMU_LD_PREFIX="$SYSROOT" PYTHONPATH="$TSITE" \
+        "$PYARM" bench/startup_bench.py --python "$PYARM" --rounds 3) 2>&1 \
+        | tee "$WORK/startup-bench.txt" || rc=1
+    STAGE_TIME[startup-bench]=$((SECONDS - t0))
 
     "$PYTHON" - "$WORK/pytest.xml" "$WORK/missing-peers.txt" <<'EOF'
 import sys, xml.etree.ElementTree as ET

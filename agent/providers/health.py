@@ -183,16 +183,15 @@ class HealthBoard:
 def failover_order(name: str, fallbacks: Mapping[str, tuple[str, ...]]) -> list[str]:
     """name, then each of its fallbacks followed by that one's own
     fallbacks, depth first, each provider once. The config refuses cycles."""
+    # A loop, not a recursive closure: that would be a reference cycle per
+    # ask, garbage only the cycle collector frees.
     order: list[str] = []
-
-    def visit(current: str) -> None:
-        if current in order:
-            return
-        order.append(current)
-        for following in fallbacks.get(current, ()):
-            visit(following)
-
-    visit(name)
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current not in order:
+            order.append(current)
+            stack.extend(reversed(fallbacks.get(current, ())))
     return order
 
 

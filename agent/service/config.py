@@ -35,6 +35,7 @@ from agent.service.config_schema import (Config, DaemonConfig, ProviderEntry,
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
+DEFAULT_VENV = "/opt/homeagent"  # where `homeagent install` puts the service's venv
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -1,7 +1,9 @@
 """`homeagent serve`: the daemon. One trio nursery holds the socket API
 server (and through it every connection and ask), the signal handler, the
 watchdog and the status reporter; one httpx.AsyncClient carries every
-upstream request so keep-alive connections are reused.
+upstream request so keep-alive connections are reused. It is made at the
+first request (LazyHttp): an idle daemon holds neither httpx nor a TLS
+context.
 
 Start: config (a bad one stops here, naming file, line and key), logging,
 the history store, the listening socket (systemd's if it passed one), the
@@ -14,6 +16,8 @@ told why), exit 0.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import resource
@@ -25,7 +29,6 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-import httpx
 import trio
 
 from agent import __version__, masking
@@ -42,16 +45,56 @@ log = logging.getLogger("homeagent.daemon")
 
 STATUS_INTERVAL = 10.0   # seconds between STATUS= updates, when something changed
 LISTEN_BACKLOG = 128
+UPSTREAM_CONNECTIONS = 64  # open at once, at most
 # Idle keep-alive connections per upstream host; an ask rarely needs more than one.
-HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=8, keepalive_expiry=60)
+KEEPALIVE_CONNECTIONS = 8
+KEEPALIVE_EXPIRY = 60.0
 # Descriptors never given to clients: every upstream connection the pool may
 # open, and room for history commits (a temporary file and its directory),
 # devices, tool processes and logs.
-FD_RESERVE = HTTP_LIMITS.max_connections + 64
+FD_RESERVE = UPSTREAM_CONNECTIONS + 64
 
 
 class StartupError(Exception):
     """The daemon cannot start: the message says why."""
+
+
+def http_client():
+    """The upstream client: its pool bounded, timeouts per request (stream_answer)."""
+    import httpx
+
+    return httpx.AsyncClient(timeout=None, limits=httpx.Limits(
+        max_connections=UPSTREAM_CONNECTIONS, max_keepalive_connections=KEEPALIVE_CONNECTIONS,
+        keepalive_expiry=KEEPALIVE_EXPIRY))
+
+
+class LazyHttp:
+    """What the runner streams through (httpx.AsyncClient.stream): the
+    client is made at the first request, in a worker thread (importing
+    httpx and loading the CA bundle take long on a board; the loop serves
+    the other clients meanwhile), then every request goes straight to it."""
+
+    def __init__(self) -> None:
+        self._client = None
+        self._making = trio.Lock()  # asks arriving together make one client
+
+    def stream(self, *args, **kwargs):
+        if self._client is not None:
+            return self._client.stream(*args, **kwargs)
+        return self._first_stream(*args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def _first_stream(self, *args, **kwargs):
+        async with self._making:
+            if self._client is None:
+                # A cancelled ask does not wait for it; the next one makes another.
+                self._client = await trio.to_thread.run_sync(http_client, abandon_on_cancel=True)
+        async with self._client.stream(*args, **kwargs) as response:
+            yield response
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
 
 @dataclass
@@ -102,10 +145,12 @@ async def _serve(config: Config, environ: Mapping[str, str]) -> None:
         except StorageError as exc:
             raise StartupError(f"the state directory is not usable: {exc}") from None
         bound = _listen(config, environ)
+        client = LazyHttp()
         try:
-            async with httpx.AsyncClient(limits=HTTP_LIMITS, timeout=None) as client:
-                await _Daemon(config, environ, store, bound, client).run(signals)
+            await _Daemon(config, environ, store, bound, client).run(signals)
         finally:
+            with trio.CancelScope(shield=True):
+                await client.aclose()
             _unlink(bound)
             log.info("stopped")
 
@@ -114,7 +159,7 @@ class _Daemon:
     """The running daemon's parts, and what signals do to them."""
 
     def __init__(self, config: Config, environ: Mapping[str, str], store: SessionStore,
-                 bound: _Socket, client: httpx.AsyncClient) -> None:
+                 bound: _Socket, client: LazyHttp) -> None:
         daemon = config.daemon
         self.config = config
         self.environ = environ
@@ -161,6 +206,10 @@ class _Daemon:
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
+            # What start-up made lives as long as the daemon: out of the
+            # collector's way, so that a full collection (tens of ms with
+            # it) walks only what the asks keep.
+            gc.freeze()
             self.notifier.ready(f"listening on {self.bound.where}")
             interval = watchdog_interval(self.environ)
             if interval is not None:

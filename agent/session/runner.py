@@ -57,29 +57,19 @@ damaged rather than as a whole answer.
 from __future__ import annotations
 
 import enum
+import importlib
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
-import httpx
 import trio
 
 from agent import masking
 from agent.api import replies
 from agent.api.replies import ErrorCode
-from agent.providers import (
-    AssistantTurn,
-    Conversation,
-    ProviderHTTPError,
-    ToolResult,
-    ToolsUnsupported,
-    UpstreamError,
-    UserTurn,
-    stream_answer,
-)
 from agent.providers.health import HealthBoard, Policy, State, failover_order
-from agent.providers.requests import Provider
+from agent.providers.requests import AssistantTurn, Conversation, Provider, ToolResult, UserTurn
 from agent.devices.hub import ToolOutcome
 from agent.session.store import StorageError, TooLargeToKeep, check_session_id
 from agent.stream import records as rec
@@ -90,6 +80,13 @@ from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 DEFAULT_MAX_ANSWER = 1 << 20  # bytes
 YIELD_EVERY = 8  # streamed replies between two yields to the other tasks, at most
 from agent.stream.message import Message
+
+if TYPE_CHECKING:
+    import httpx
+
+# Streaming an answer: httpx, the decoders. Imported at an ask's first
+# request, not with this module: an idle daemon does without.
+STREAMING = "agent.providers.client"
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens",
                 "cache_write_tokens", "reasoning_tokens")
@@ -148,12 +145,13 @@ class Runner:
                  ask_limits: AskLimits = AskLimits(),
                  health: HealthBoard | None = None) -> None:
         self.store = store
-        self.client = client
+        self.client = client  # or what has its stream(): the daemon's LazyHttp
         self.devices = devices  # a DeviceHub, or None: no tools
         self.health = health if health is not None else HealthBoard()
         self.configure(upstreams, default_provider, system_prompt, ask_limits)
         self._session_locks: dict[str, trio.Lock] = {}
         self._store_lock = trio.Lock()  # the store is not thread-safe: one call at a time
+        self._streaming = None  # the STREAMING module, once imported
 
     def configure(self, upstreams: Mapping[str, Upstream], default_provider: str,
                   system_prompt: str | None, ask_limits: AskLimits = AskLimits()) -> None:
@@ -234,7 +232,9 @@ class Runner:
 
     async def _exchange(self, prompt: str, session: str, chain: list[Upstream], lock: trio.Lock,
                         emit: Emit) -> None:
-        history = await self._store(self.store.load, session)
+        if self._streaming is None:  # before _first: nothing admitted waits on it
+            await self._import_streaming()
+        history = await self._memory(self.store.load, session)
         index = self._first(chain)
         upstream = chain[index]
         provider = upstream.provider
@@ -310,6 +310,7 @@ class Runner:
         complete: the Answer, and the outcome of each call (keyed by id() of the call).
         earlier: the messages of the ask's steps before, whose text a failure carries."""
         provider = upstream.provider
+        streaming = self._streaming
         tools = self.devices.tools() if self.devices else []
         outcomes: dict[int, ToolOutcome] = {}
         completed = 0  # calls of this answer completed so far
@@ -356,33 +357,33 @@ class Runner:
 
             try:
                 try:
-                    answer = await stream_answer(self.client, provider, conversation, tools,
-                                                 on_event=forward, retries=upstream.retries,
-                                                 max_tool_arguments=limits.argument_bytes,
-                                                 max_text_bytes=text_budget)
-                except ToolsUnsupported as exc:
+                    answer = await streaming.stream_answer(
+                        self.client, provider, conversation, tools, on_event=forward,
+                        retries=upstream.retries, max_tool_arguments=limits.argument_bytes,
+                        max_text_bytes=text_budget)
+                except streaming.ToolsUnsupported as exc:
                     if not upstream.retry_without_tools:
                         raise
                     log.warning("%s; asking it again without tools", exc)
                     await emit(replies.UpstreamWarning(
                         ErrorCode.TOOLS_UNSUPPORTED.value,
                         f"{exc}; asked again without tools, which it cannot call now"))
-                    answer = await stream_answer(self.client, provider, conversation, [],
-                                                 on_event=forward, retries=upstream.retries,
-                                                 max_tool_arguments=limits.argument_bytes,
-                                                 max_text_bytes=text_budget)
+                    answer = await streaming.stream_answer(
+                        self.client, provider, conversation, [], on_event=forward,
+                        retries=upstream.retries, max_tool_arguments=limits.argument_bytes,
+                        max_text_bytes=text_budget)
                 failure = _failure(provider.name, answer, earlier)
-            except ToolsUnsupported as exc:
+            except streaming.ToolsUnsupported as exc:
                 # The model's or the server's limit, not an outage: health stays as it is.
                 failure = AskFailed(replies.Error(
                     ErrorCode.TOOLS_UNSUPPORTED, f"{exc}; the devices' tools cannot be offered "
                     "to it (retry_without_tools = true asks it without them)",
                     status=exc.status))
-            except ProviderHTTPError as exc:
+            except streaming.ProviderHTTPError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_HTTP, str(exc),
                                                   status=exc.status), _http_blame(exc.status),
                                     exc.retry_after)
-            except UpstreamError as exc:
+            except streaming.UpstreamError as exc:
                 failure = AskFailed(replies.Error(ErrorCode.UPSTREAM_UNAVAILABLE, str(exc)),
                                     Blame.FAILED)
             except BaseException:
@@ -408,15 +409,30 @@ class Runner:
         return await self._store(self.store.forget, session)
 
     async def history(self, session: str) -> list:
-        return await self._store(self.store.load, session)
+        return await self._memory(self.store.load, session)
 
     async def sessions(self) -> list[dict]:
-        return await self._store(self.store.sessions)
+        return await self._memory(self.store.sessions)
 
     async def _store(self, call, *args):
         # fsync on an SD card can take tens of milliseconds: off the trio loop.
         async with self._store_lock:
             return await trio.to_thread.run_sync(call, *args)
+
+    async def _import_streaming(self) -> None:
+        # In a worker thread: on a board the import takes long, and the loop
+        # serves the other clients meanwhile; a cancelled ask does not wait
+        # for it. Asks arriving together each wait in their thread for the
+        # one import.
+        self._streaming = await trio.to_thread.run_sync(importlib.import_module, STREAMING,
+                                                        abandon_on_cancel=True)
+
+    async def _memory(self, call, *args):
+        # A call that reads memory only (the store keeps every history there):
+        # after the writes queued before it, as _store, but on this thread; a
+        # worker thread's round trip would delay every ask's first request.
+        async with self._store_lock:
+            return call(*args)
 
 
 def _http_blame(status: int) -> Blame:
