@@ -173,6 +173,26 @@ class Reader:
         return value
 
 
+def parse_address(address: object) -> tuple[str, str, int]:
+    """A Wyoming address as its programs write it: ("tcp", host, port) for
+    "tcp://HOST:PORT", ("unix", path, 0) for "unix:PATH" or "unix://PATH".
+    Raises ValueError saying what is wrong."""
+    usage = 'must be "tcp://HOST:PORT" or "unix:PATH"'
+    if not isinstance(address, str):
+        raise ValueError(usage)
+    if address.startswith("unix:"):
+        path = address[len("unix:"):].removeprefix("//")
+        if not path.startswith("/"):
+            raise ValueError("a unix socket's path must be absolute")
+        return "unix", path, 0
+    if address.startswith("tcp://"):
+        host, _, port = address[len("tcp://"):].rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return "tcp", host, int(port)
+    raise ValueError(f"{usage}, not {address!r}")
+
+
 def encode(event: Event) -> bytes:
     """One event's bytes. The data goes after the header (data_length), as
     the reference writes it; JSON escapes every newline of its strings, so

@@ -18,6 +18,7 @@ from agent.wyoming import (
     Reader,
     ReaderBroken,
     encode,
+    parse_address,
 )
 
 wyoming_event = pytest.importorskip("wyoming.event", reason="the wyoming package is a test dependency")
@@ -160,3 +161,20 @@ def test_close_names_an_event_cut_short_and_nothing_when_between_events():
         reader = Reader()
         assert reader.feed(whole[:cut]) == []
         assert [x.problem for x in reader.close()] == [Problem.CLOSED_MID_EVENT]
+
+
+@pytest.mark.parametrize(("address", "expected"), [
+    ("tcp://127.0.0.1:10200", ("tcp", "127.0.0.1", 10200)),
+    ("tcp://[::1]:10200", ("tcp", "::1", 10200)),
+    ("unix:/run/piper.sock", ("unix", "/run/piper.sock", 0)),
+    ("unix:///run/piper.sock", ("unix", "/run/piper.sock", 0)),
+])
+def test_addresses(address, expected):
+    assert parse_address(address) == expected
+
+
+@pytest.mark.parametrize("address", ["tcp://host", "tcp://:1", "tcp://h:0", "tcp://h:70000",
+                                     "unix:relative.sock", "http://h:1", 5, None])
+def test_bad_addresses_say_what_is_wrong(address):
+    with pytest.raises(ValueError, match="unix|tcp"):
+        parse_address(address)

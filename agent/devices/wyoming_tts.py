@@ -76,23 +76,6 @@ class AudioFormat:
         return self.rate * self.width * self.channels
 
 
-def parse_address(key: str, address: Any) -> tuple[str, str, int]:
-    """("tcp", host, port) or ("unix", path, 0)."""
-    if not isinstance(address, str):
-        raise SettingError(key, 'must be "tcp://HOST:PORT" or "unix:PATH"')
-    if address.startswith("unix:"):
-        path = address[len("unix:"):].removeprefix("//")
-        if not path.startswith("/"):
-            raise SettingError(key, "a unix socket's path must be absolute")
-        return "unix", path, 0
-    if address.startswith("tcp://"):
-        host, _, port = address[len("tcp://"):].rpartition(":")
-        host = host.removeprefix("[").removesuffix("]")
-        if host and port.isdigit() and 0 < int(port) < 65536:
-            return "tcp", host, int(port)
-    raise SettingError(key, f'must be "tcp://HOST:PORT" or "unix:PATH", not {address!r}')
-
-
 class _Audio:
     """The bounded buffer between the server reader and the sink player:
     (format, pcm) chunks and None at each audio-stop."""
@@ -143,7 +126,10 @@ class WyomingSpeech(Device):
         refuse_unknown(settings, _KEYS)
         if "address" not in settings:
             raise SettingError("address", 'required: "tcp://HOST:PORT" or "unix:PATH"')
-        address = parse_address("address", settings["address"])
+        try:
+            address = wyoming.parse_address(settings["address"])
+        except ValueError as error:
+            raise SettingError("address", str(error)) from None
         voice = {}
         for key in ("voice", "speaker", "language"):
             value = settings.get(key)
