@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from agent.api import replies
-from agent.api.replies import RequestId, address_prefix, encode, readdress
+from agent.api.replies import ErrorCode, RequestId, address_prefix, encode, readdress
 from agent.api.statistics import Counters, Outcome
 
 log = logging.getLogger("homeagent.api")
@@ -72,25 +72,37 @@ class Bus:
     async def ask_from_device(self, device: str, prompt: str) -> None:
         """A prompt typed on a device: an ask on the session device-NAME,
         seen by subscribers and devices like any other."""
+        await self.ask_from({"device": device, "session": f"device-{device}"}, prompt,
+                            f"device {device}")
+
+    async def ask_from(self, origin: Mapping[str, Any], prompt: str, who: str,
+                       on_reply: Callable[[replies.Reply], Any] | None = None) -> None:
+        """An ask from inside the daemon (a device, the Wyoming service) on
+        origin["session"]: published like a client's; on_reply, if given, is
+        awaited with each reply first (the asker's own copy)."""
         if not self._accepting_asks:
-            log.info("device %s: prompt ignored, the daemon is stopping", device)
+            log.info("%s: prompt ignored, the daemon is stopping", who)
+            if on_reply is not None:
+                await on_reply(replies.Error(ErrorCode.SHUTTING_DOWN,
+                                             "the daemon is shutting down"))
             return
-        origin = {"device": device, "session": f"device-{device}"}
         self.counters.asks += 1
         outcome = Outcome.FAILED
-        log.info("device %s: ask", device)
+        log.info("%s: ask", who)
 
         async def emit(reply: replies.Reply) -> None:
             nonlocal outcome
             if isinstance(reply, replies.Done):
                 outcome = Outcome.ANSWERED
+            if on_reply is not None:
+                await on_reply(reply)
             await self.publish(reply, origin)
 
         try:
             await self.runner.ask(prompt, origin["session"], None, emit)
         except Exception:
             # A bug costs this ask, never the hub's nursery and the daemon.
-            log.exception("device %s: ask failed inside the daemon", device)
+            log.exception("%s: ask failed inside the daemon", who)
             await emit(replies.internal_error("ask"))
         finally:
             self.counters.ended(outcome)

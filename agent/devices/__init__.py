@@ -8,5 +8,6 @@ def device_types() -> dict[str, type]:
     # pyserial and trio only once a device is configured.
     from agent.devices.command import CommandDevice
     from agent.devices.serial import SerialDevice
+    from agent.devices.wyoming_tts import WyomingSpeech
 
-    return {cls.kind: cls for cls in (SerialDevice, CommandDevice)}
+    return {cls.kind: cls for cls in (SerialDevice, CommandDevice, WyomingSpeech)}

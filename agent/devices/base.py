@@ -73,6 +73,15 @@ class SettingError(ValueError):
         self.problem = problem
 
 
+def refuse_unknown(settings: Mapping[str, Any], known) -> None:
+    """A device's table may hold only its known keys: the first unknown one
+    is named, with the others and the known ones."""
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise SettingError(unknown[0], f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
 
 

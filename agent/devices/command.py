@@ -54,7 +54,8 @@ from typing import Any, Mapping
 import trio
 
 from agent.devices import templates
-from agent.devices.base import Common, Device, Inbox, Prompt, SettingError, ToolError, ToolSpec
+from agent.devices.base import (Common, Device, Inbox, Prompt, SettingError, ToolError, ToolSpec,
+                                refuse_unknown)
 from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
@@ -191,10 +192,7 @@ class CommandDevice(Device):
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
-        for key in settings:
-            if key not in _KEYS:
-                raise SettingError(key, "unknown setting (known: " + ", ".join(sorted(_KEYS))
-                                   + ")")
+        refuse_unknown(settings, _KEYS)
         if "argv" not in settings:
             raise SettingError("argv", "required: the program and its arguments")
         argv = _parse_argv("argv", settings["argv"], _PLACEHOLDERS)

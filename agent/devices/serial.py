@@ -29,7 +29,8 @@ import trio
 from agent import __version__
 from agent.devices import serial_protocol as wire
 from agent.devices import templates
-from agent.devices.base import Common, Device, Event, Inbox, Prompt, SettingError, ToolError
+from agent.devices.base import (Common, Device, Event, Inbox, Prompt, SettingError, ToolError,
+                                refuse_unknown)
 from agent.service.config_reader import Reader
 
 log = logging.getLogger("homeagent.devices.serial")
@@ -93,10 +94,7 @@ class SerialDevice(Device):
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> "SerialDevice":
-        unknown = sorted(set(settings) - set(_SETTINGS))
-        if unknown:
-            raise SettingError(unknown[0], f"unknown setting{'s' if len(unknown) > 1 else ''} "
-                               f"{', '.join(unknown)} (known: {', '.join(_SETTINGS)})")
+        refuse_unknown(settings, _SETTINGS)
         port = settings.get("port")
         if not isinstance(port, str) or not port:
             raise SettingError("port", "required: the device path, e.g. /dev/serial/by-id/...")

@@ -14,6 +14,7 @@ text is found by config_lines.py.
 from __future__ import annotations
 
 import grp
+import ipaddress
 import json
 import os
 import pwd
@@ -22,6 +23,7 @@ import tomllib
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from agent import wyoming
 from agent.devices import device_types
 from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
 from agent.devices.hub import DeviceSpec
@@ -31,7 +33,7 @@ from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_lines import syntax_error
 from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
 from agent.service.config_schema import (Config, DaemonConfig, ProviderEntry,
-                                         SessionConfig)
+                                         SessionConfig, WyomingConfig)
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
@@ -51,7 +53,8 @@ MAX_TURNS = 10000
 MAX_CLIENTS = 4096
 MAX_SHUTDOWN_GRACE = 3600.0
 
-_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices")
+_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming")
+_WYOMING_KEYS = ("listen", "allow", "max_connections", "languages")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "max_clients", "max_clients_per_user",
@@ -101,7 +104,9 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
     return Config(path=path, daemon=daemon, sessions=sessions,
                   providers=MappingProxyType(providers),
                   default_provider=_default_provider(root, providers),
-                  devices=MappingProxyType(devices), warnings=tuple(warnings))
+                  devices=MappingProxyType(devices),
+                  wyoming=_wyoming(root.table("wyoming", _WYOMING_KEYS)),
+                  warnings=tuple(warnings))
 
 
 def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
@@ -194,6 +199,28 @@ def _sessions(table: Table) -> SessionConfig:
         max_tool_calls=table.integer("max_tool_calls", 8, 1, 64),
         max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20),
         max_answer_bytes=table.integer("max_answer_bytes", 1 << 20, 4096, 64 << 20))
+
+
+def _wyoming(table: Table) -> WyomingConfig:
+    listen = table.get("listen", str, "")
+    try:
+        address = wyoming.parse_address(listen) if listen else None
+    except ValueError as error:
+        raise table.error("listen", str(error)) from None
+    allow = []
+    for index, value in enumerate(table.get("allow", list, [])):
+        try:
+            allow.append(ipaddress.ip_network(value, strict=False))
+        except (TypeError, ValueError):
+            raise table.error("allow", f"item {index + 1}: an address or network such as "
+                                       f"\"192.168.1.20\" or \"192.168.1.0/24\", not "
+                                       f"{value!r}") from None
+    languages = table.get("languages", list, ["en"])
+    if not languages or not all(isinstance(x, str) and x for x in languages):
+        raise table.error("languages", "a non-empty array of language codes such as \"en\"")
+    return WyomingConfig(listen=address, allow=tuple(allow),
+                         max_connections=table.integer("max_connections", 8, 1, 256),
+                         languages=tuple(languages))
 
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:

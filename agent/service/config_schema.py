@@ -50,6 +50,16 @@ class SessionConfig:
 
 
 @dataclass(frozen=True)
+class WyomingConfig:
+    """[wyoming]: the conversation service (agent/api/wyoming_service.py).
+    listen is ("tcp", host, port), ("unix", path, 0) or None: off."""
+    listen: tuple[str, str, int] | None = None
+    allow: tuple = ()           # ipaddress networks allowed besides loopback
+    max_connections: int = 8
+    languages: tuple[str, ...] = ("en",)
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     daemon: DaemonConfig
@@ -57,6 +67,7 @@ class Config:
     providers: Mapping[str, ProviderEntry]
     default_provider: str
     devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
+    wyoming: WyomingConfig = WyomingConfig()
     # What the daemon can run with but should not: logged at start and on
     # reload, printed by `serve --check`. "FILE:LINE: KEY: what" like an error.
     warnings: tuple[str, ...] = ()

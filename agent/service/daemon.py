@@ -180,6 +180,13 @@ class _Daemon:
                                 access=Access(daemon.allow_users, daemon.allow_groups),
                                 limits=self.limits(daemon), devices=self.devices,
                                 status_extra=self.status_extra)
+        # Home Assistant's conversation agent, when [wyoming] listen is set
+        # (imported only then)
+        self.wyoming = None
+        if config.wyoming.listen:
+            from agent.api.wyoming_service import ConversationService
+
+            self.wyoming = ConversationService(self.server.bus, config.wyoming, __version__)
 
     def limits(self, daemon) -> Limits:
         """The server's limits from the config, max_clients within what the
@@ -195,6 +202,14 @@ class _Daemon:
 
     async def run(self, signals) -> None:
         config = self.config
+        wyoming_listeners = []
+        if self.wyoming is not None:
+            from agent.api.wyoming_service import ListenError
+
+            try:
+                wyoming_listeners = await self.wyoming.listen()
+            except ListenError as error:
+                raise StartupError(str(error)) from None
         async with trio.open_nursery() as nursery:
             async def api(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 await self.server.serve([self.bound.listener], task_status=task_status)
@@ -203,6 +218,8 @@ class _Daemon:
             await nursery.start(api)
             await nursery.start(self.devices.run, self.server.bus.ask_from_device,
                                 self.server.bus.notify_subscribers)
+            if wyoming_listeners:
+                nursery.start_soon(self.wyoming.serve, wyoming_listeners)
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
@@ -228,6 +245,7 @@ class _Daemon:
                                **self.runner.health.snapshot(name, entry.provider.model)}
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
+                "wyoming": self.wyoming.status() if self.wyoming is not None else None,
                 "tools": [tool.name for tool in self.devices.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:

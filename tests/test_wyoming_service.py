@@ -1,0 +1,164 @@
+"""The Wyoming conversation service (agent/api/wyoming_service.py) against
+Home Assistant's side of the protocol: the `wyoming` package's own client
+(tests/wyoming_conversation_client.py) in its own process, talking to a real
+daemon (`homeagent serve`) whose upstream is the mock model server. Bad
+peers are raw sockets."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+import os
+
+import pytest
+
+import wyoming_conversation_client as ha_client
+from agent.api.wyoming_service import ConversationService, session_for
+from agent.mock_llm.scripts import ENGLISH
+from agent.service.config_schema import WyomingConfig
+from agent.wyoming import Event, Reader, encode
+from conftest import timeout
+from daemon_harness import Daemon
+
+pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("wyoming") is None,
+                                reason="the wyoming package is a test dependency")
+
+QUESTION = "What is the temperature in the living room?"
+
+
+def start(tmp_path, mock, **kwargs) -> tuple[Daemon, str]:
+    sock = tmp_path / "wyoming.sock"
+    daemon = Daemon(tmp_path / "d", mock.url, extra=f'[wyoming]\nlisten = "unix:{sock}"\n',
+                    **kwargs)
+    return daemon.start(), f"unix://{sock}"
+
+
+@pytest.fixture
+def served(tmp_path, mock):
+    (tmp_path / "d").mkdir()
+    daemon, uri = start(tmp_path, mock)
+    yield daemon, uri
+    assert daemon.stop() == 0, daemon.log()
+
+
+def converse(uri: str, *transcripts: str) -> list[dict]:
+    out = subprocess.run([sys.executable, ha_client.__file__, uri, *transcripts],
+                         capture_output=True, text=True, timeout=timeout(60),
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def turns(events: list[dict]) -> list[list[dict]]:
+    """The events after info, cut after each handled / not-handled."""
+    out, current = [], []
+    for event in events[1:]:
+        current.append(event)
+        if event["type"] in ("handled", "not-handled"):
+            out.append(current)
+            current = []
+    return out
+
+
+def test_info_offers_a_streaming_handle_program(served):
+    _, uri = served
+    info = converse(uri)[0]
+    assert info["type"] == "info"
+    [program] = info["data"]["handle"]
+    assert program["supports_handled_streaming"] is True
+    assert program["name"] == "homeagent" and program["models"][0]["languages"] == ["en"]
+
+
+def test_a_transcript_is_answered_as_it_streams(served):
+    _, uri = served
+    [turn] = turns(converse(uri, QUESTION + "@ha-1"))
+    kinds = [e["type"] for e in turn]
+    assert kinds[0] == "handled-start" and kinds[-2:] == ["handled-stop", "handled"]
+    assert set(kinds[1:-2]) == {"handled-chunk"} and len(kinds) > 4
+    chunks = "".join(e["data"]["text"] for e in turn if e["type"] == "handled-chunk")
+    assert chunks == turn[-1]["data"]["text"] == ENGLISH
+    assert turn[0]["data"]["context"] == turn[-1]["data"]["context"] == {"conversation_id": "ha-1"}
+
+
+def test_one_conversation_id_is_one_session_across_transcripts(served, mock):
+    daemon, uri = served
+    first, second = "Hello from the kitchen 9c1e", "And the hallway 9c1e?"
+    converse(uri, first + "@conv-9c1e", second + "@conv-9c1e")
+    [upstream] = [r for r in mock.requests() if isinstance(r["body"], dict)
+                  and r["body"]["messages"][-1] == {"role": "user", "content": second}]
+    assert upstream["body"]["messages"][-3:] == [
+        {"role": "user", "content": first}, {"role": "assistant", "content": ENGLISH},
+        {"role": "user", "content": second}]
+    # the session is named by the id's hash, never by the peer's text
+    session = "wyoming-" + hashlib.sha256(b"conv-9c1e").hexdigest()[:16]
+    with daemon.client() as client:
+        assert session in {s["id"] for s in client.call("sessions")["sessions"]}
+        status = client.call("status")["wyoming"]
+    assert status["transcripts"] == 2 and status["listen"] == "unix:" + uri[len("unix://"):]
+
+
+def test_a_failing_ask_is_not_handled_with_the_reason(tmp_path, mock):
+    (tmp_path / "d").mkdir()
+    daemon, uri = start(tmp_path, mock, default_provider="dead",
+                        providers={"dead": {"base_url": "http://127.0.0.1:9/v1", "retries": 0}})
+    try:
+        [turn] = turns(converse(uri, QUESTION))
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    assert [e["type"] for e in turn] == ["not-handled"]
+    assert "upstream" in turn[0]["data"]["text"]
+
+
+def raw_peer(uri: str, data: bytes) -> bytes:
+    """Send data from a raw socket and read until the service closes it."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(timeout(20))
+        sock.connect(uri[len("unix://"):])
+        sock.sendall(data)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+@pytest.mark.parametrize("garbage", [
+    b"this is not wyoming\n",
+    b'{"type": "audio-chunk", "payload_length": 99999999999}\n',
+    b'{"type": "transcript", "data_length": -4}\n',
+    b"\xff" * 100_000,
+])
+def test_a_bad_peer_is_closed_and_the_service_goes_on(served, garbage):
+    daemon, uri = served
+    assert raw_peer(uri, garbage) == b""
+    [turn] = turns(converse(uri, QUESTION))
+    assert turn[-1]["data"]["text"] == ENGLISH
+    assert "closed" in daemon.log()
+
+
+def test_an_empty_transcript_and_a_ping(served):
+    _, uri = served
+    reply = raw_peer(uri, encode(Event("ping", {"text": "p1"}))
+                     + encode(Event("transcript", {"text": "  "})) + b"not json\n")
+    assert Reader().feed(reply) == [Event("pong", {"text": "p1"}),
+                                    Event("not-handled", {"text": "empty transcript"})]
+
+
+@pytest.mark.parametrize(("peer", "allowed"), [
+    ("127.0.0.1", True), ("::1", True), ("::ffff:127.0.0.1", True), ("127.8.9.10", True),
+    ("192.168.1.20", True), ("192.168.1.21", False), ("10.0.0.1", False),
+    ("fe80::1%eth0", False), (None, True),
+])
+def test_who_may_connect_over_tcp(peer, allowed):
+    service = ConversationService(None, WyomingConfig(
+        listen=("tcp", "0.0.0.0", 10700), allow=(ipaddress.ip_network("192.168.1.20"),)), "v")
+    assert service._allowed(peer) is allowed
+
+
+def test_a_session_for_each_transcript_without_a_conversation_id():
+    assert session_for(None) != session_for(None)
+    assert session_for({"conversation_id": "x"}) == session_for({"conversation_id": "x"})
+    assert session_for({"conversation_id": "../../etc"}).startswith("wyoming-")
