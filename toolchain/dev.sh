@@ -77,8 +77,8 @@ as_root() {
 }
 
 # toolchain/vm.sh in the background beside the rest of the test job: under
-# TCG it keeps a core busy for most of the job, and the single-process
-# emulated suite leaves one mostly idle. It runs in a session of its own
+# TCG it keeps a core busy for most of the job, as each of the two pytest
+# suites (one process each) does. It runs in a session of its own
 # (setsid: vm.sh's pid is its process group), so that a test job that ends
 # early stops it and its qemu with it. Its output goes to build/vm/vm.log;
 # vm_wait prints its summary.
@@ -95,14 +95,19 @@ vm_start() {
     as_root env PYTHON="$VENV/bin/python" VM_PGID_FILE="$VM_LOG.pgid" \
         setsid bash toolchain/vm.sh x86_64 aarch64 >"$VM_LOG" 2>&1 </dev/null &
     vm_pid=$!
-    trap vm_stop EXIT
 }
-vm_stop() {
+host_pid=
+# a test job that ends early stops what it started in the background
+stop_background() {
+    if [ -n "$host_pid" ] && kill -0 "$host_pid" 2>/dev/null; then
+        kill -TERM "$host_pid" 2>/dev/null || true
+    fi
     if [ -n "$vm_pid" ] && kill -0 "$vm_pid" 2>/dev/null && [ -s "$VM_LOG.pgid" ]; then
         echo "== vm: stopping toolchain/vm.sh (the test job ended before it)" >&2
         as_root kill -TERM -- "-$(cat "$VM_LOG.pgid")" 2>/dev/null || true
     fi
 }
+trap stop_background EXIT
 vm_wait() {
     if [ -z "$vm_pid" ]; then
         echo "== vm: skipped (VM=skip): the booted-Debian checks did not run"
@@ -150,9 +155,22 @@ test)
         exit 1
     fi
     rc=0
-    HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q tests || rc=1
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh site
+    # The host suite runs beside the emulated one (each is one process; with
+    # the VM, the two cores of a CI machine stay busy). Its own temporary
+    # directory, and its output shown whole when it is done.
+    host_log=$root/build/host-pytest.log
+    host_tmp=$(mktemp -d "${TMPDIR:-/tmp}/homeagent-host.XXXXXX")
+    echo "== host pytest in the background, log: build/host-pytest.log"
+    HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q \
+        --basetemp="$host_tmp/t" tests >"$host_log" 2>&1 </dev/null &
+    host_pid=$!
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh test || rc=1
+    wait "$host_pid" || rc=1
+    host_pid=
+    rm -rf "$host_tmp"
+    echo "== host pytest (x86_64):"
+    cat "$host_log"
     vm_wait || rc=1
     # pytest's closing line of the emulated run ends the log
     echo "emulated pytest (qemu-aarch64), closing line:"
