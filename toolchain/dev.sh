@@ -108,6 +108,8 @@ stop_background() {
     fi
 }
 trap stop_background EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 vm_wait() {
     if [ -z "$vm_pid" ]; then
         echo "== vm: skipped (VM=skip): the booted-Debian checks did not run"
