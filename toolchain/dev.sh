@@ -8,16 +8,19 @@
 #                           pytest suite, toolchain/arm64.sh (the aarch64 wheel,
 #                           the C tests and the whole pytest suite under
 #                           qemu-aarch64) and, beside them, toolchain/vm.sh (the
-#                           service on a booted Debian 12, x86_64 and aarch64)
+#                           service on a booted Debian 12, x86_64; VM=all also
+#                           aarch64)
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
 #   toolchain/dev.sh vm     only toolchain/vm.sh, in the foreground
 #
 # Debian packages are installed with apt-get (through sudo when not root).
 # The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
-# VM=skip leaves toolchain/vm.sh out of the test job (it says so at the end).
+# VM=all runs the VM checks on aarch64 too (about 30 minutes more of one core
+# under TCG: more than CI's budget leaves), VM=skip leaves them out (the job
+# says so at its end).
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     demo|test|fuzz|vm) job=$1 ;;
     -h|--help) usage; exit 0 ;;
@@ -85,15 +88,19 @@ as_root() {
 VM_LOG=$root/build/vm/vm.log
 vm_pid=
 vm_start() {
-    if [ "${VM:-}" = skip ]; then
-        return 0
-    fi
+    local arches=(x86_64)
+    case "${VM:-}" in
+        skip) return 0 ;;
+        all) arches=(x86_64 aarch64) ;;
+        "") ;;
+        *) echo "dev.sh: VM=$VM: all, skip or unset" >&2; exit 2 ;;
+    esac
     setup_vm
     mkdir -p "$(dirname "$VM_LOG")"
     rm -f "$VM_LOG.pgid"
-    echo "== vm: toolchain/vm.sh x86_64 aarch64 in the background, log: build/vm/vm.log"
+    echo "== vm: toolchain/vm.sh ${arches[*]} in the background, log: build/vm/vm.log"
     as_root env PYTHON="$VENV/bin/python" VM_PGID_FILE="$VM_LOG.pgid" \
-        setsid bash toolchain/vm.sh x86_64 aarch64 >"$VM_LOG" 2>&1 </dev/null &
+        setsid bash toolchain/vm.sh "${arches[@]}" >"$VM_LOG" 2>&1 </dev/null &
     vm_pid=$!
 }
 host_pid=
