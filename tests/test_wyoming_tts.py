@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from contextlib import asynccontextmanager
@@ -77,13 +78,23 @@ def expected_pcm(texts: list[str]) -> bytes:
 
 
 def spoken(log: Path) -> list[str]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    """The texts the server has logged; a line it is still writing is not one yet."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().split("\n")[:-1]]
+
+
+def listening(sock: Path) -> bool:
+    """The server accepts connections (its socket file appears at bind,
+    before it listens)."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        return probe.connect_ex(str(sock)) == 0
 
 
 async def started(tts_server, tmp_path, server_streams: bool, **settings):
     """A fresh server and a device for it: (device, server log, sink path)."""
     address, log, sock = tts_server(streaming=server_streams)
-    await until(sock.exists, 20)
+    await until(lambda: listening(sock), 20)
     sink = tmp_path / "audio.pcm"
     return device(address, sink, **settings), log, sink
 
