@@ -2,13 +2,16 @@
 server classes (the reference implementation, asyncio), with espeak-ng
 making real audio. Run as a program, in its own process:
 
-    python wyoming_tts_server.py unix://PATH [--streaming] [--log FILE]
+    python wyoming_tts_server.py unix://PATH [--streaming] [--log FILE] [--times FILE]
 
 With --streaming it advertises supports_synthesize_streaming and speaks
 each sentence of a synthesize-start/chunk/stop stream as soon as the
 sentence is complete; without, it speaks each `synthesize` as it comes.
 --log appends each text it synthesized, one JSON string per line, so a
-test knows what audio to expect. Helpers here compute that audio.
+test knows what audio to expect. --times appends, for each, a JSON object
+with the text and the CLOCK_MONOTONIC nanoseconds at which espeak-ng
+started and finished it (bench/tts_bench.py's synthesis time; the clock is
+the same in every process of the host). Helpers here compute that audio.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import io
 import json
 import re
 import subprocess
+import time
 import wave
 
 VOICE = "en"
@@ -54,6 +58,7 @@ def main() -> None:
     parser.add_argument("uri")
     parser.add_argument("--streaming", action="store_true")
     parser.add_argument("--log")
+    parser.add_argument("--times")
     args = parser.parse_args()
     attribution = Attribution(name="eSpeak NG", url="https://github.com/espeak-ng/espeak-ng")
     info = Info(tts=[TtsProgram(
@@ -71,7 +76,12 @@ def main() -> None:
             if args.log:
                 with open(args.log, "a") as log:
                     log.write(json.dumps(text) + "\n")
+            started = time.monotonic_ns()
             rate, width, channels, pcm = await asyncio.to_thread(espeak_pcm, text)
+            if args.times:
+                with open(args.times, "a") as times:
+                    times.write(json.dumps({"text": text, "started_ns": started,
+                                            "finished_ns": time.monotonic_ns()}) + "\n")
             await self.write_event(AudioStart(rate, width, channels).event())
             step = CHUNK_SAMPLES * width * channels
             for start in range(0, len(pcm), step):
