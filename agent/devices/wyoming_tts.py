@@ -172,13 +172,20 @@ class WyomingSpeech(Device):
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self.sink == "aplay" and shutil.which("aplay") is None:
             raise FileNotFoundError("aplay not found (Debian package alsa-utils)")
-        with trio.fail_after(self.connect_timeout):
+        # A timeout is named here: TooSlowError says nothing in the status.
+        with trio.move_on_after(self.connect_timeout) as connecting:
             stream = await self._connect()
+        if connecting.cancelled_caught:
+            raise TTSServerError(f"no connection to the TTS server within "
+                                 f"{self.connect_timeout:g} s (connect_timeout)")
         async with stream:
             reader = wyoming.Reader()
             await stream.send_all(wyoming.encode(wyoming.Event("describe")))
-            with trio.fail_after(self.connect_timeout):
+            with trio.move_on_after(self.connect_timeout) as describing:
                 info = await self._until(stream, reader, "info")
+            if describing.cancelled_caught:
+                raise TTSServerError(f"the TTS server did not answer describe within "
+                                     f"{self.connect_timeout:g} s (connect_timeout)")
             self.server_streams = any(
                 isinstance(p, dict) and p.get("supports_synthesize_streaming") is True
                 for p in info.data.get("tts", []) if isinstance(info.data.get("tts"), list))
