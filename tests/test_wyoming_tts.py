@@ -3,6 +3,13 @@ server: tests/wyoming_tts_server.py, built on the `wyoming` package's
 server classes, in its own process, with espeak-ng synthesizing real audio.
 The sink is the "file" sink: the PCM that reaches it must be, sentence by
 sentence and in order, the PCM espeak-ng makes for those sentences.
+
+Bad servers are raw sockets (garbage mid-audio, a huge payload_length, a
+cut mid-event, a close, a stall at describe), the device run by the real
+hub, so the reason checked is the one `status` shows. A server that dies
+mid-answer is killed under a real daemon (`homeagent serve`, the mock
+model) while a subscriber and the asker read the answer, then started
+again on the same socket.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,8 +28,13 @@ import pytest
 import trio
 
 import wyoming_tts_server as server
+from agent.api import replies
 from agent.devices.base import Common, Event, Inbox, Overflow, SettingError
+from agent.devices.hub import DeviceHub, DeviceSpec
 from agent.devices.wyoming_tts import WyomingSpeech
+from agent.wyoming import Event as WyEvent, Reader, encode
+from conftest import timeout
+from daemon_harness import Daemon, ask_text
 from helpers import until
 
 pytestmark = [
@@ -187,3 +200,188 @@ def test_bad_settings_are_named(settings, key):
         WyomingSpeech.from_settings(Common("voice", WyomingSpeech.DEFAULT_EVENTS),
                                     {"address": "tcp://127.0.0.1:10200", **settings})
     assert caught.value.key == key
+
+
+# ---- bad peers, seen through the hub: what `status` shows ----
+
+def hub_for(address: str, sink: Path, **settings) -> DeviceHub:
+    common = Common("voice", WyomingSpeech.DEFAULT_EVENTS, restart_max_delay=0.5)
+    return DeviceHub({"voice": DeviceSpec(common, WyomingSpeech, {
+        "address": address, "sink": "file", "path": str(sink), **settings})})
+
+
+async def no_ask(name: str, text: str) -> None:
+    raise AssertionError("a speech device never prompts")
+
+
+@asynccontextmanager
+async def raw_server(tmp_path, serve):
+    """A raw peer as the TTS server on a Unix socket: serve(stream) per
+    connection, each after the device's describe was read."""
+    sock = tmp_path / "raw.sock"
+    listener = trio.socket.socket(trio.socket.AF_UNIX)
+    await listener.bind(str(sock))
+    listener.listen()
+    listener = trio.SocketListener(listener)
+
+    async def one(stream):
+        async with stream:
+            reader = Reader()
+            while not any(e.type == "describe" for e in reader.feed(await stream.receive_some())):
+                pass
+            await serve(stream, reader)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, one, [listener])
+        yield f"unix:{sock}"
+        nursery.cancel_scope.cancel()
+
+
+def failed_with(hub: DeviceHub, text: str):
+    def check() -> bool:
+        [status] = hub.status()
+        return status["restarts"] >= 1 and text in (status["last_error"] or "")
+    return check
+
+
+INFO = encode(WyEvent("info", {"tts": [{"name": "raw", "supports_synthesize_streaming": False}]}))
+FORMAT = {"rate": 16000, "width": 2, "channels": 1}
+CHUNK = encode(WyEvent("audio-chunk", FORMAT, b"\x01\x02" * 512))
+
+
+async def until_synthesize(stream, reader: Reader) -> None:
+    while not any(e.type == "synthesize" for e in reader.feed(await stream.receive_some())):
+        pass
+
+
+@pytest.mark.parametrize(("after_a_chunk", "named"), [
+    (b"\x00\xffnot a header\n", "header_not_json"),
+    (b'{"type": "audio-chunk", "payload_length": 1000000000000}\n', "payload_too_long"),
+    (CHUNK[:len(CHUNK) // 2], "closed_mid_event"),  # the server goes away mid-audio
+    (b"", "closed the connection"),
+])
+@pytest.mark.trio
+async def test_a_bad_server_mid_audio_fails_the_device_with_the_reason(tmp_path, after_a_chunk,
+                                                                       named):
+    async def serve(stream, reader):
+        await stream.send_all(INFO)
+        await until_synthesize(stream, reader)
+        await stream.send_all(encode(WyEvent("audio-start", FORMAT)) + CHUNK + after_a_chunk)
+
+    sink = tmp_path / "audio.pcm"
+    async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
+        hub = hub_for(address, sink)
+        await nursery.start(hub.run, no_ask, lambda state: None)
+        await until(lambda: hub.status()[0]["connected"], 10)
+        await hub.publish(replies.Delta("The hall light is on. "), REQUEST)
+        await until(failed_with(hub, named), 20)
+        [status] = hub.status()
+        assert status["last_error"].startswith("TTSServerError:")
+        # it connects again after its backoff (the same bad server answers describe)
+        await until(lambda: hub.status()[0]["connected"], 20)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_server_that_stalls_at_describe_is_named(tmp_path):
+    async def serve(stream, reader):
+        await trio.sleep_forever()
+
+    async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
+        hub = hub_for(address, tmp_path / "audio.pcm", connect_timeout=0.2)
+        await nursery.start(hub.run, no_ask, lambda state: None)
+        await until(failed_with(hub, "did not answer describe within 0.2 s (connect_timeout)"),
+                    20)
+        assert hub.status()[0]["state"] in ("failed", "starting")
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_no_server_at_the_address_is_named_and_retried(tmp_path):
+    async with trio.open_nursery() as nursery:
+        hub = hub_for(f"unix:{tmp_path / 'absent.sock'}", tmp_path / "audio.pcm")
+        await nursery.start(hub.run, no_ask, lambda state: None)
+        await until(lambda: hub.status()[0]["restarts"] >= 2, 20)
+        assert "No such file" in hub.status()[0]["last_error"]
+        nursery.cancel_scope.cancel()
+
+
+# ---- a TTS server that dies mid-answer, in a real daemon ----
+
+ANSWER = ("The hall light is on. The kitchen window is open and the oven is off. "
+          "The garage door is closed. Good night!")
+
+
+def tts_process(sock: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, server.__file__, f"unix://{sock}", "--log", str(log)],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def until_sync(condition, seconds: float = 30) -> None:
+    """Wait, polling, until condition() holds; fail after `seconds` (scaled)."""
+    deadline = time.monotonic() + timeout(seconds)
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def voice_status(daemon: Daemon) -> dict:
+    with daemon.client() as client:
+        [status] = client.call("status")["devices"]
+    return status
+
+
+def test_a_server_that_dies_mid_answer_is_reported_and_connected_again(tmp_path, mock):
+    sock, sink = tmp_path / "tts.sock", tmp_path / "audio.pcm"
+    first_log, second_log = tmp_path / "tts1.log", tmp_path / "tts2.log"
+    tts = tts_process(sock, first_log)
+    (tmp_path / "d").mkdir()
+    daemon = Daemon(tmp_path / "d", mock.url, providers={"mock": {"headers": {
+        "x-mock-answer": json.dumps(ANSWER), "x-mock-delay-ms": "150"}}},
+        extra=f'[devices.voice]\ntype = "wyoming-tts"\naddress = "unix:{sock}"\n'
+              f'sink = "file"\npath = "{sink}"\nrestart_max_delay = 1\n')
+    try:
+        daemon.start()
+        until_sync(lambda: voice_status(daemon)["connected"])
+        subscriber = daemon.raw()
+        subscriber.send(b'{"id": 1, "op": "subscribe"}\n')
+        assert subscriber.line()["type"] == "subscribed"
+        with daemon.client() as client:
+            request = client.send("ask", prompt="Evening report?")
+            # the server dies once it has the first sentence; about 4 s of answer are to come
+            until_sync(lambda: spoken(first_log)[:1] == ["The hall light is on."])
+            tts.kill()
+            tts.wait()
+            answer = "".join(r["text"] for r in client.replies(request, "ask")
+                             if r["type"] == "delta")
+        assert answer == ANSWER  # the asker has it all
+        seen = []
+        while not seen or seen[-1]["type"] != "done":
+            seen.append(subscriber.line())
+        assert "".join(e["text"] for e in seen if e["type"] == "delta") == ANSWER
+        failed = [e for e in seen if e["type"] == "device" and e["state"] == "failed"]
+        assert failed[0]["device"] == "voice"
+        assert failed[0]["error"] == "TTSServerError: the TTS server closed the connection"
+        status = voice_status(daemon)
+        assert status["restarts"] >= 1 and status["dropped"] >= 1 and not status["connected"]
+        assert "device voice failed (TTSServerError: the TTS server closed the connection)" \
+            in daemon.log()
+
+        # a server that comes back is connected again, and speaks the next answer
+        tts = tts_process(sock, second_log)
+        until_sync(lambda: voice_status(daemon)["connected"])
+        assert voice_status(daemon)["state"] == "running"
+        heard = sink.stat().st_size if sink.exists() else 0
+        with daemon.client() as client:
+            assert ask_text(client, "Evening report?")[0] == ANSWER
+        sentences = ["The hall light is on.", "The kitchen window is open and the oven is off.",
+                     "The garage door is closed.", "Good night!"]
+        want = heard + len(expected_pcm(sentences))
+        until_sync(lambda: sink.stat().st_size >= want)
+        assert spoken(second_log) == sentences
+        assert sink.read_bytes()[heard:] == expected_pcm(sentences)
+        subscriber.close()
+    finally:
+        tts.kill()
+        tts.wait()
+        assert daemon.stop() == 0, daemon.log()
