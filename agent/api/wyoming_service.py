@@ -184,6 +184,10 @@ class ConversationService:
                     streamed = True
                     peer.queue(wyoming.Event("handled-start", echo))
                 peer.queue(wyoming.Event("handled-chunk", {"text": replies.outgoing(reply.text)}))
+                # The writer's turn: the deltas of one upstream read come
+                # without a checkpoint, and hundreds of them would fill the
+                # queue of a peer that reads as fast as it can.
+                await trio.lowlevel.checkpoint()
             elif isinstance(reply, (replies.Done, replies.Error)):
                 if streamed:
                     peer.queue(wyoming.Event("handled-stop"))
@@ -211,6 +215,8 @@ class _Peer:
         self._send, self._receive = trio.open_memory_channel(QUEUE)
 
     def queue(self, event: wyoming.Event) -> None:
+        if self.scope.cancel_called:
+            return  # closed: the replies until the ask sees its cancellation go nowhere
         try:
             self._send.send_nowait(event)
         except trio.WouldBlock:
@@ -222,7 +228,15 @@ class _Peer:
 
     async def write(self, stream) -> None:
         async for event in self._receive:
-            await stream.send_all(wyoming.encode(event))
+            # What waits goes out in one write: a Unix socket holds a few
+            # hundred small writes but a thousand events in one.
+            data = [wyoming.encode(event)]
+            while True:
+                try:
+                    data.append(wyoming.encode(self._receive.receive_nowait()))
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await stream.send_all(b"".join(data))
 
 
 def _peer_address(stream) -> str | None:
