@@ -2,7 +2,10 @@
 Home Assistant's side of the protocol: the `wyoming` package's own client
 (tests/wyoming_conversation_client.py) in its own process, talking to a real
 daemon (`homeagent serve`) whose upstream is the mock model server. Bad
-peers are raw sockets."""
+peers are raw sockets: one that sends a transcript and never reads while a
+long answer streams is closed at its queue's bound, and Home Assistant's
+client then comes back; another client reconnects after the daemon's
+restart and keeps its conversation."""
 
 from __future__ import annotations
 
@@ -13,11 +16,13 @@ import socket
 import subprocess
 import sys
 import os
+import time
 
 import pytest
+import trio
 
 import wyoming_conversation_client as ha_client
-from agent.api.wyoming_service import ConversationService, session_for
+from agent.api.wyoming_service import QUEUE, ConversationService, _Peer, session_for
 from agent.mock_llm.scripts import ENGLISH
 from agent.service.config_schema import WyomingConfig
 from agent.wyoming import Event, Reader, encode
@@ -167,3 +172,126 @@ def test_a_session_for_each_transcript_without_a_conversation_id():
     assert session_for(None) != session_for(None)
     assert session_for({"conversation_id": "x"}) == session_for({"conversation_id": "x"})
     assert session_for({"conversation_id": "../../etc"}).startswith("wyoming-")
+
+
+# ---- a peer that does not read; a client that comes back ----
+
+@pytest.mark.trio
+async def test_a_peer_holds_at_most_its_bound_then_is_closed(caplog):
+    peer = _Peer("wyoming peer test")
+    with trio.CancelScope() as scope:
+        peer.scope = scope
+        for _ in range(QUEUE):
+            peer.queue(Event("handled-chunk", {"text": "word"}))
+        assert not scope.cancel_called
+        peer.queue(Event("handled-chunk", {"text": "one too many"}))
+        assert scope.cancel_called
+        peer.queue(Event("handled-chunk", {"text": "and after the close"}))
+        # the events over the bound are dropped, not held
+        assert peer._send.statistics().current_buffer_used == QUEUE
+    assert caplog.text.count(f"wyoming peer test: closed: it did not read {QUEUE} events") == 1
+
+
+# Chunks of 4 characters, one every 3 ms: about 1200 handled-chunk events,
+# more than the kernel's socket buffer (a few hundred small writes) and the
+# peer's queue hold together, at a pace a client that reads keeps up with.
+LONG = "The heating schedule for the week ahead. " * 120
+
+
+def test_a_peer_that_does_not_read_a_long_answer_is_closed_and_its_ask_cancelled(tmp_path, mock):
+    (tmp_path / "d").mkdir()
+    daemon, uri = start(tmp_path, mock, providers={"mock": {"headers": {
+        "x-mock-answer": json.dumps(LONG), "x-mock-delay-ms": "3"}}})
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(uri[len("unix://"):])
+            sock.sendall(encode(Event("transcript", {"text": QUESTION,
+                                                     "context": {"conversation_id": "ha-7"}})))
+            until_logged(daemon, f"closed: it did not read {QUEUE} events")
+            with daemon.client() as client:
+                until_true(lambda: not client.call("status")["active"])
+                assert client.call("status")["wyoming"]["connections"] == 0
+            # what the kernel held before the close, then the end: no final handled
+            sock.settimeout(timeout(20))
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+        events = Reader().feed(received)
+        assert events[0].type == "handled-start"
+        assert {e.type for e in events[1:]} == {"handled-chunk"}
+        assert len(events) < len(LONG) // 4
+
+        # Home Assistant connects again with the same conversation: answered
+        [turn] = turns(converse(uri, QUESTION + "@ha-7"))
+        assert turn[-1]["type"] == "handled" and turn[-1]["data"]["text"] == LONG
+        assert daemon.log().count("closed: it did not read") == 1  # named once, the stalled peer
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+RECONNECTING_CLIENT = r"""
+import asyncio, json, sys
+from wyoming.asr import Transcript
+from wyoming.client import AsyncClient
+
+async def turn(client, text):
+    await client.write_event(Transcript(text=text, context={"conversation_id": "ha-9"}).event())
+    while (event := await client.read_event()).type not in ("handled", "not-handled"):
+        pass
+    print(json.dumps({"type": event.type, "data": event.data}), flush=True)
+
+async def main(uri):
+    async with AsyncClient.from_uri(uri) as client:
+        await turn(client, "Hello from the porch")
+        # the daemon goes away: the connection ends
+        print(json.dumps({"type": "closed" if await client.read_event() is None else "?"}),
+              flush=True)
+    while True:  # as Home Assistant does: connect again until the service is back
+        try:
+            async with AsyncClient.from_uri(uri) as client:
+                await turn(client, "And the garden?")
+                return
+        except OSError:
+            await asyncio.sleep(0.05)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_client_reconnects_after_the_daemon_closed_it_and_keeps_its_session(tmp_path, mock):
+    (tmp_path / "d").mkdir()
+    daemon, uri = start(tmp_path, mock)
+    client = subprocess.Popen([sys.executable, "-c", RECONNECTING_CLIENT, uri],
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        first = json.loads(client.stdout.readline())
+        assert first["type"] == "handled" and first["data"]["text"] == ENGLISH
+        assert daemon.stop() == 0, daemon.log()  # SIGTERM: the daemon closes its peers
+        assert json.loads(client.stdout.readline()) == {"type": "closed"}
+        daemon.start()
+        second = json.loads(client.stdout.readline())
+        assert second["type"] == "handled" and second["data"]["text"] == ENGLISH
+        assert client.wait(timeout(20)) == 0
+    finally:
+        client.kill()
+        client.wait()
+        client.stdout.close()
+        assert daemon.stop() == 0, daemon.log()
+    # the session outlived the daemon: the second ask had the first exchange
+    [upstream] = [r for r in mock.requests() if isinstance(r["body"], dict)
+                  and r["body"]["messages"][-1] == {"role": "user", "content": "And the garden?"}]
+    assert upstream["body"]["messages"][-3:-1] == [
+        {"role": "user", "content": "Hello from the porch"},
+        {"role": "assistant", "content": ENGLISH}]
+
+
+def until_logged(daemon: Daemon, text: str, seconds: float = 30) -> None:
+    until_true(lambda: text in daemon.log(), seconds)
+
+
+def until_true(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + timeout(seconds)
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
