@@ -5,8 +5,8 @@ The sink is the "file" sink: the PCM that reaches it must be, sentence by
 sentence and in order, the PCM espeak-ng makes for those sentences.
 
 Bad servers are raw sockets (garbage mid-audio, a huge payload_length, a
-cut mid-event, a close, a stall at describe), the device run by the real
-hub, so the reason checked is the one `status` shows. A server that dies
+cut mid-event, a close, a stall at connect and at describe), the device
+run by the real hub, so the reason checked is the one `status` shows. A server that dies
 mid-answer is killed under a real daemon (`homeagent serve`, the mock
 model) while a subscriber and the asker read the answer, then started
 again on the same socket.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -385,3 +386,33 @@ def test_a_server_that_dies_mid_answer_is_reported_and_connected_again(tmp_path,
         tts.kill()
         tts.wait()
         assert daemon.stop() == 0, daemon.log()
+
+
+@pytest.mark.trio
+async def test_a_server_that_does_not_accept_is_named_at_connect(tmp_path):
+    # A listener that never accepts, its backlog filled until a connection
+    # hangs: Linux drops the SYNs of a full accept queue, so ours hangs too.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    try:
+        while True:
+            filler = socket.socket()
+            filler.setblocking(False)
+            fillers.append(filler)
+            filler.connect_ex(listener.getsockname())
+            if not select.select([], [filler], [], 0.2)[1]:
+                break  # this one hangs
+        assert len(fillers) < 64
+        address = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            hub = hub_for(address, tmp_path / "audio.pcm", connect_timeout=0.3)
+            await nursery.start(hub.run, no_ask, lambda state: None)
+            await until(failed_with(hub, "no connection to the TTS server within 0.3 s "
+                                         "(connect_timeout)"), 20)
+            nursery.cancel_scope.cancel()
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
