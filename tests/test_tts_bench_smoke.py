@@ -1,7 +1,8 @@
 """Smoke test of bench/tts_bench.py: its pipelining and sentence-end
 arithmetic on made-up reads, and one round end to end (a real mock model,
 three daemons, two espeak-ng Wyoming servers) checked for structure and
-sanity. No timing is asserted."""
+sanity; audio that is not what espeak-ng makes fails the run. No timing
+is asserted."""
 
 from __future__ import annotations
 
@@ -50,3 +51,16 @@ def test_one_round_end_to_end(capsys):
         assert 0 < sample["first_sentence_ms"] < sample["first_audio_ms"]
         assert len(sample["leads_ms"]) == len(tb.SENTENCES) - 1
         assert result["paths"][name]["speedup"]["median"] > 0
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+def test_audio_that_is_not_espeak_ngs_fails_the_run(monkeypatch, capsys):
+    real = tb.tts_server.espeak_pcm
+
+    def other(text):  # what the bench expects differs from what the servers make
+        rate, width, channels, pcm = real(text)
+        return rate, width, channels, pcm[:-2] + b"\x00\x01"
+
+    monkeypatch.setattr(tb.tts_server, "espeak_pcm", other)
+    assert tb.main(["--rounds", "1", "--warmup", "0"]) == 1
+    assert "did not get the sentences' audio in order" in capsys.readouterr().err
