@@ -29,7 +29,8 @@ Rules, inline:
   with whitespace on both sides ("2 * 3"), a single `*` between digits, an
   `_` inside a word (snake_case), a single `~` ("~5 minutes").
 - Inline code is kept as text, without its backticks, and its content is
-  not markdown; a code span ends at its closing backticks or at the line's end.
+  not markdown (a URL in it is still said as its host); a code span ends at
+  its closing backticks or at the line's end.
 - A backslash before ASCII punctuation is dropped (`\\*` says `*`).
 - A link `[text](url)` or image `![text](url)` says its text, cleaned; an
   autolink `<https://...>` is a bare URL.
@@ -214,10 +215,10 @@ class SpeechCleaner:
             return self._in_fence(text, i), text
         if self._line_start:
             return self._at_line_start(text, i), text
-        if self._code:
-            return self._in_code(text, i), text
         if self._url:
             return self._in_url(text, i), text
+        if self._code:
+            return self._in_code(text, i), text
         return self._inline(text, i)
 
     # ---- blocks ----
@@ -312,6 +313,8 @@ class SpeechCleaner:
                 self._code = 0
             self._prev = "`"
             return end
+        if self._url_starts(text, i):
+            return self._url_host(text, i)
         return self._character(text, i)
 
     def _in_url(self, text: str, i: int) -> int:
@@ -354,8 +357,7 @@ class SpeechCleaner:
             close = self._find(text, i + 1, ">")
             if close is not None and self._url_scheme(text, i + 1) == "full":
                 return i, text[:i] + text[i + 1:close] + text[close + 1:]
-        elif not _is_word(self._prev) and self._prev not in "/.@-_" \
-                and self._url_scheme(text, i) is not None:
+        elif self._url_starts(text, i):
             return self._url_host(text, i), text
         return self._character(text, i), text
 
@@ -389,6 +391,10 @@ class SpeechCleaner:
         if end is None:
             return None
         return end + 1, text[start + 1:close]
+
+    def _url_starts(self, text: str, i: int) -> bool:
+        return not _is_word(self._prev) and self._prev not in "/.@-_" \
+            and self._url_scheme(text, i) is not None
 
     def _url_scheme(self, text: str, i: int) -> str | None:
         """"full" for http(s)://, "www" for www. and a word character, else None."""

@@ -12,7 +12,11 @@ complete: the server works on sentence n+1 while n plays.
 One task reads the server's events and hands their audio to the sink
 through a buffer bounded by `max_buffered_seconds` of audio: when it is
 full, reading stops and TCP holds the server back. Reasoning is never
-spoken (the device does not take `reasoning` events).
+spoken (the device does not take `reasoning` events). The text is cleaned
+for speech (agent/devices/speech_text.py): the hub cleans the sentences it
+cuts for the device, and the deltas to a streaming server are cleaned here,
+each answer by its own cleaner, so markdown split across deltas is still
+recognised; a tool call is spoken only with speak_tool_calls.
 
 Settings (the device's own keys):
 - address: "tcp://HOST:PORT" or "unix:PATH", the server.
@@ -24,6 +28,11 @@ Settings (the device's own keys):
 - path: the file of the "file" sink.
 - connect_timeout: seconds to connect and have the server's info (10).
 - max_buffered_seconds: audio held ahead of the sink (30).
+- speech: true (default) cleans the text for a voice; false sends it as the
+  model wrote it. With it: code_placeholder (said for a code block, nothing
+  by default), emoji ("drop", default, or "name") and speak_tool_calls (the
+  tool's name is said at each `tool_call` event; needs "tool_call" in
+  events).
 
 A connection the server closes, a framing error or a server that does not
 answer `describe` raise out of run(): the hub reports the device failed and
@@ -42,13 +51,15 @@ from typing import Any, Mapping
 import trio
 
 from agent import wyoming
-from agent.devices.base import Common, Device, Inbox, Prompt, SettingError, refuse_unknown
+from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError,
+                                refuse_unknown, speech_options)
+from agent.devices.speech_text import SpeechCleaner, SpeechOptions, tool_call_phrase
 from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
 
 _KEYS = frozenset({"address", "voice", "speaker", "language", "streaming", "sink",
-                   "alsa_device", "path", "connect_timeout", "max_buffered_seconds"})
+                   "alsa_device", "path", "connect_timeout", "max_buffered_seconds"}) | SPEECH_KEYS
 _READ = 65536
 # sample width in bytes -> aplay's format name (Wyoming audio is little-endian PCM)
 _APLAY_FORMATS = {1: "U8", 2: "S16_LE", 3: "S24_3LE", 4: "S32_LE"}
@@ -74,6 +85,23 @@ class AudioFormat:
     @property
     def bytes_per_second(self) -> int:
         return self.rate * self.width * self.channels
+
+
+class _StreamedAnswer:
+    """An answer streamed to the server: its deltas cleaned for speech (or
+    not, with speech = false) and what was sent of them."""
+
+    def __init__(self, speech: SpeechOptions | None) -> None:
+        self._cleaner = SpeechCleaner(speech) if speech is not None else None
+        self.started = False
+        self.sent: list[str] = []
+
+    def feed(self, text: str) -> str:
+        return self._cleaner.feed(text) if self._cleaner else text
+
+    def close(self) -> str:
+        """What the cleaner held back; it then starts afresh."""
+        return self._cleaner.close() if self._cleaner else ""
 
 
 class _Audio:
@@ -110,8 +138,10 @@ class WyomingSpeech(Device):
 
     def __init__(self, common: Common, address: tuple[str, str, int], *, voice: dict,
                  streaming: bool | None, sink: str, alsa_device: str, path: str | None,
-                 connect_timeout: float, max_buffered_seconds: float) -> None:
+                 connect_timeout: float, max_buffered_seconds: float,
+                 speech: SpeechOptions | None = SpeechOptions()) -> None:
         super().__init__(common)
+        self.speech = speech  # the hub cleans the sentences, _send_text the deltas
         self.address, self.voice, self.streaming = address, voice, streaming
         self.sink, self.alsa_device, self.path = sink, alsa_device, path
         self.connect_timeout = connect_timeout
@@ -158,7 +188,8 @@ class WyomingSpeech(Device):
             numbers[key] = float(value)
         return cls(common, address, voice=voice,
                    streaming=None if streaming == "auto" else streaming, sink=sink,
-                   alsa_device=alsa_device, path=path, **numbers)
+                   alsa_device=alsa_device, path=path,
+                   speech=speech_options(common, settings, default=True), **numbers)
 
     # ---- the connection ----
 
@@ -217,23 +248,43 @@ class WyomingSpeech(Device):
 
     async def _send_text(self, stream, inbox: Inbox, streams: bool) -> None:
         voice = {"voice": self.voice} if self.voice else {}
-        open_answers: dict[tuple, list[str]] = {}  # request -> its deltas so far
+        open_answers: dict[tuple, _StreamedAnswer] = {}
         async for event in inbox:
             key = tuple(sorted(event.request.items()))
-            if streams and event.type == "delta" and event.text:
-                if key not in open_answers:
-                    open_answers[key] = []
-                    await self._send(stream, "synthesize-start", voice)
-                open_answers[key].append(event.text)
-                await self._send(stream, "synthesize-chunk", {"text": event.text})
+            if event.type == "tool_call":
+                if not (self.speech and self.speech.speak_tool_calls):
+                    continue
+                phrase = tool_call_phrase(event.data.get("name"))
+                if streams:
+                    answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
+                    await self._stream(stream, answer, answer.close() + f"\n{phrase}\n", voice)
+                elif phrase:
+                    await self._send(stream, "synthesize", {"text": phrase, **voice})
+            elif streams and event.type == "delta" and event.text:
+                answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
+                await self._stream(stream, answer, answer.feed(event.text), voice)
             elif streams and event.type in ("done", "error") and key in open_answers:
-                text = "".join(open_answers.pop(key))
-                await self._send(stream, "synthesize", {"text": text, **voice})
-                await self._send(stream, "synthesize-stop", {})
-                self.answers += 1
+                answer = open_answers.pop(key)
+                await self._stream(stream, answer, answer.close(), voice)
+                if answer.started:
+                    await self._send(stream, "synthesize", {"text": "".join(answer.sent),
+                                                            **voice})
+                    await self._send(stream, "synthesize-stop", {})
+                    self.answers += 1
             elif not streams and event.type == "sentence" and event.text.strip():
                 await self._send(stream, "synthesize", {"text": event.text, **voice})
                 self.sentences += 1
+
+    async def _stream(self, stream, answer: _StreamedAnswer, text: str, voice: dict) -> None:
+        """A chunk of a streamed answer; its synthesize-start comes with the
+        first text there is to say."""
+        if not text:
+            return
+        if not answer.started:
+            await self._send(stream, "synthesize-start", voice)
+            answer.started = True
+        answer.sent.append(text)
+        await self._send(stream, "synthesize-chunk", {"text": text})
 
     async def _send(self, stream, kind: str, data: dict) -> None:
         await stream.send_all(wyoming.encode(wyoming.Event(kind, data)))
