@@ -92,7 +92,7 @@ class OptionRefused(ToolError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Argv:
+class Argv:
     """A checked argv template."""
     program: str        # as configured, for reports
     path: str           # resolved when the config loads
@@ -113,7 +113,7 @@ class _Argv:
         return argv
 
 
-def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
+def parse_argv(key: str, argv: Any, names: frozenset[str]) -> Argv:
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         raise SettingError(key, "must be a non-empty list of strings: the program and "
                                 "its arguments")
@@ -128,10 +128,10 @@ def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
     if path is None:
         raise SettingError(key, f"program {program!r} not found or not executable")
     options_end = argv[1:].index(END_OF_OPTIONS) if END_OF_OPTIONS in argv[1:] else len(args)
-    return _Argv(program, path, args, options_end)
+    return Argv(program, path, args, options_end)
 
 
-def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
+def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, Argv]:
     if not isinstance(table, Mapping):
         raise SettingError("tool_argv", "must be a table: tool name = argv")
     specs = {tool.name: tool for tool in tools}
@@ -143,7 +143,7 @@ def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
         if name not in table:
             raise SettingError(f"tool_argv.{name}", "missing: each tool of this device "
                                                     "runs its own argv")
-        argvs[name] = _parse_argv(f"tool_argv.{name}", table[name],
+        argvs[name] = parse_argv(f"tool_argv.{name}", table[name],
                                   frozenset(spec.parameters.get("properties", {})))
     return argvs
 
@@ -186,8 +186,8 @@ class CommandDevice(Device):
     kind = "command"
     DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
 
-    def __init__(self, common: Common, argv: _Argv, *, per: str, stdin: bool,
-                 timeout: float, max_output: int, tools: Mapping[str, _Argv],
+    def __init__(self, common: Common, argv: Argv, *, per: str, stdin: bool,
+                 timeout: float, max_output: int, tools: Mapping[str, Argv],
                  allow_dash: frozenset[str] = frozenset(),
                  speech: SpeechOptions | None = None) -> None:
         super().__init__(common)
@@ -205,7 +205,7 @@ class CommandDevice(Device):
         refuse_unknown(settings, _KEYS)
         if "argv" not in settings:
             raise SettingError("argv", "required: the program and its arguments")
-        argv = _parse_argv("argv", settings["argv"], _PLACEHOLDERS)
+        argv = parse_argv("argv", settings["argv"], _PLACEHOLDERS)
         per = settings.get("per", "sentence")
         if per not in ("sentence", "answer"):
             raise SettingError("per", f'"sentence" or "answer", not {per!r}')
