@@ -10,11 +10,13 @@ No timing is asserted; hypothesis runs derandomized.
 from __future__ import annotations
 
 import unicodedata
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.devices import speech_text
 from agent.devices.speech_text import (MAX_HOLD, MAX_NAME, SpeechCleaner, SpeechOptions, clean,
                                        tool_call_phrase)
 from conftest import scaled
@@ -174,6 +176,16 @@ def test_delta_boundaries_do_not_matter(text, options, data):
     assert fed(text, list(range(len(text))), options) == expected
 
 
+@settings(max_examples=scaled(300), deadline=None, derandomize=True)
+@given(text=texts, data=st.data())
+def test_what_the_hold_limit_decides_does_not_depend_on_the_cuts_either(text, data):
+    # a limit this small is reached by the tokens' links, rules and hosts
+    with mock.patch.object(speech_text, "MAX_HOLD", 6):
+        expected = clean(text)
+        assert fed(text, data.draw(cuts_for(len(text)))) == expected
+        assert fed(text, list(range(len(text)))) == expected
+
+
 @settings(max_examples=scaled(400), deadline=None, derandomize=True)
 @given(text=texts, options=options)
 def test_output_is_bounded_by_the_input(text, options):
@@ -215,3 +227,8 @@ def prose(draw) -> str:
 def test_plain_prose_passes_unchanged(text):
     assert clean(text) == text
     assert fed(text, list(range(len(text)))) == text
+
+
+def test_a_long_answer_of_many_links_is_cleaned_whole():
+    # each link is rewritten in a buffer that feed() keeps bounded: linear work
+    assert clean("[a](b) " * 150_000) == "a " * 150_000

@@ -71,6 +71,11 @@ _URL_STOPS = _BREAKS + _SPACES + "<>\"`"
 _SCHEMES = ("https://", "http://", "www.")
 _ORDERED = re.compile(r"\d{1,9}[.)]")
 _TASK_BOX = re.compile(r"\[[ xX]\]")
+# Text no inline rule applies to, written as it is in one go: letters and
+# digits, but h and w only inside a word (at a word's start one may begin a
+# URL), and punctuation that starts nothing.
+_INERT = re.compile(r"(?:[A-GI-VX-Za-gi-vx-z0-9 ,.;:?'\"()%/+=-]|(?<=[A-Za-z0-9])[hHwW])+")
+_PIECE = 4 * MAX_HOLD  # a long text is fed in pieces: see feed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +135,14 @@ class SpeechCleaner:
         self._out: list[str] = []
 
     def feed(self, text: str) -> str:
-        self._buffer += text
-        return self._run()
+        # In pieces, which changes nothing (the result does not depend on
+        # them) but keeps the buffer, and so the cost of a link's rewrite in
+        # it, bounded: linear time however many links a long answer holds.
+        out = []
+        for start in range(0, len(text), _PIECE):
+            self._buffer += text[start:start + _PIECE]
+            out.append(self._run())
+        return "".join(out)
 
     def close(self) -> str:
         """The rest of the text; the cleaner is then ready for another."""
@@ -335,6 +346,11 @@ class SpeechCleaner:
         return end
 
     def _inline(self, text: str, i: int) -> tuple[int, str]:
+        inert = _INERT.match(text, i)
+        if inert:
+            self._emit(inert.group())
+            self._prev, self._emoji = text[inert.end() - 1], False
+            return inert.end(), text
         char = text[i]
         if char == "\\":
             after = self._char_at(text, i + 1)
