@@ -120,6 +120,15 @@ async def test_a_wyoming_speaker_gets_the_pcm_as_audio_events(tts, speaker):
 
 
 @pytest.mark.trio
+async def test_a_wyoming_speaker_that_sends_no_played_still_gets_every_utterance(tts, speaker):
+    address, out = await speaker("--no-played")
+    device = speech(await tts(), sink="wyoming", sink_address=address)
+    # the wait for played is bounded: the second utterance follows the first
+    await speak(device, SENTENCES[1:])
+    await until(lambda: out.read_bytes() == expected_pcm(SENTENCES[1:]), 30)
+
+
+@pytest.mark.trio
 async def test_a_program_that_exits_fails_the_device_with_a_named_error(tts):
     # exits without reading: the PCM (over 200 kB) is more than a pipe holds (64 kB)
     device = speech(await tts(), sink="program",

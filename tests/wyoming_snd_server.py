@@ -1,13 +1,14 @@
 """A Wyoming snd server (a network speaker) for the tests, built on the
 `wyoming` package's own server classes, in its own process:
 
-    python wyoming_snd_server.py unix://PATH OUT [--exit-after BYTES]
+    python wyoming_snd_server.py unix://PATH OUT [--exit-after BYTES] [--no-played]
 
 It appends the PCM of every audio-chunk to OUT and the format of each
 audio-start ("rate width channels") to OUT.formats, and answers each
-audio-stop with `played`, as wyoming-satellite's snd services do. With
---exit-after it exits, without a word, once that many bytes have come: a
-speaker that dies mid-utterance.
+audio-stop with `played`, as wyoming-satellite's snd services do (with
+--no-played it does not, as older ones). With --exit-after it exits,
+without a word, once that many bytes have come: a speaker that dies
+mid-utterance.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("uri")
     parser.add_argument("out")
     parser.add_argument("--exit-after", type=int)
+    parser.add_argument("--no-played", action="store_true")
     args = parser.parse_args()
     received = 0
 
@@ -44,7 +46,7 @@ def main() -> None:
                 received += len(audio)
                 if args.exit_after is not None and received >= args.exit_after:
                     os._exit(0)
-            elif AudioStop.is_type(event.type):
+            elif AudioStop.is_type(event.type) and not args.no_played:
                 await self.write_event(Played().event())
             return True
 

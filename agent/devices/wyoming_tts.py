@@ -30,7 +30,7 @@ Settings (the device's own keys):
   arguments may hold `{rate}`, `{width}` and `{channels}`;
   "wyoming": a Wyoming snd server at `sink_address` (a network speaker: what
   wyoming-satellite's snd service speaks) gets audio-start, audio-chunks and
-  audio-stop, and is waited for its `played`.
+  audio-stop, and is waited for its `played` (bounded: see _WyomingSink).
   Each utterance (audio-start to audio-stop) opens the sink anew. Every sink
   holds back the writer (a pipe, a socket), so what waits for it is only the
   bounded buffer below. A sink that cannot be opened or written (the program
@@ -80,6 +80,7 @@ _KEYS = frozenset({"address", "voice", "speaker", "language", "streaming", "sink
 _SINKS = ("aplay", "file", "program", "wyoming")
 _FORMAT_NAMES = frozenset({"rate", "width", "channels"})  # the program sink's placeholders
 _READ = 65536
+PLAYED_GRACE = 2.0  # seconds a Wyoming speaker may take past an utterance's length to play it
 # sample width in bytes -> aplay's format name (Wyoming audio is little-endian PCM)
 _APLAY_FORMATS = {1: "U8", 2: "S16_LE", 3: "S24_3LE", 4: "S32_LE"}
 
@@ -453,12 +454,14 @@ class _ProcessSink(_Sink):
 class _WyomingSink(_Sink):
     """A Wyoming snd server: audio-start, audio-chunks, audio-stop on a
     connection of its own; TCP holds the writes back when the speaker is
-    behind. After audio-stop the server's `played` is waited for (as long as
-    the audio sent lasts, and at least the connect timeout), so one utterance
-    ends before the next starts; a server that sends none is not an error."""
+    behind. After audio-stop the server's `played` is waited for, so that one
+    utterance ends before the next one's connection starts playing; at most
+    as long as the utterance lasts plus PLAYED_GRACE (the writes were held
+    back to the speaker's pace, so little of it can still be ahead), and a
+    server that sends no `played` (older ones) is not an error."""
 
-    def __init__(self, fmt: AudioFormat, stream: trio.abc.Stream, timeout: float) -> None:
-        self.format, self._stream, self._timeout = fmt, stream, timeout
+    def __init__(self, fmt: AudioFormat, stream: trio.abc.Stream) -> None:
+        self.format, self._stream = fmt, stream
         self._seconds = 0.0    # of audio sent
         self._broken = False   # a send failed: nothing more goes
 
@@ -471,8 +474,12 @@ class _WyomingSink(_Sink):
         except (OSError, trio.TooSlowError) as error:
             raise SinkError(f"the Wyoming speaker at {_address_text(address)} could not be "
                             f"reached: {error}") from None
-        sink = cls(fmt, stream, timeout)
-        await sink._send(wyoming.Event("audio-start", sink._format()))
+        sink = cls(fmt, stream)
+        try:
+            await sink._send(wyoming.Event("audio-start", sink._format()))
+        except SinkError:
+            await stream.aclose()
+            raise
         return sink
 
     def _format(self) -> dict:
@@ -496,7 +503,7 @@ class _WyomingSink(_Sink):
             return
         try:
             await self._send(wyoming.Event("audio-stop"))
-            with trio.move_on_after(max(self._timeout, self._seconds)):
+            with trio.move_on_after(self._seconds + PLAYED_GRACE):
                 await self._played()
         except SinkError as error:
             log.warning("device: %s", error)
