@@ -63,6 +63,10 @@ BLOCKS = [
     ("-5 degrees", "-5 degrees"),
     ("2020 was a year", "2020 was a year"),
     ("line\r\nbreaks\rand\u2028more", "line\nbreaks\nand\nmore"),
+    ("| Room | °C |\n|:-----|---:|\n| Hall | 19 |", "Room , °C .\n\nHall , 19 ."),
+    ("|a|b", "a,b."),
+    ("| not a delimiter - row |", "not a delimiter - row ."),
+    ("a | b, outside a table", "a | b, outside a table"),
 ]
 
 CODE = [
@@ -157,7 +161,7 @@ def test_close_ends_an_item_and_resets_the_cleaner():
 
 # ---- properties ----
 
-TOKENS = ["*", "**", "_", "__", "~", "~~", "`", "```", "~~~", "#", "## ", "- ", "* ", "+ ",
+TOKENS = ["|", "|---", ":-:", "*", "**", "_", "__", "~", "~~", "`", "```", "~~~", "#", "## ", "- ", "* ", "+ ",
           "1. ", "2) ", "> ", "[", "]", "(", ")", "![", "<", ">", "\\", "\n", "\r", " ",
           "\t", "---", "===", "[x] ", "https://", "http://", "www.", "example.com", "/path",
           "?q=1", ".", ",", "!", ":", "word", "snake_case", "42", "🎉", "👍🏽", "\u200d",

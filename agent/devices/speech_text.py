@@ -19,6 +19,8 @@ Rules, by line:
   gets a period, so a voice pauses between items.
 - A line of only one of `-*_=` (and spaces), a rule or a heading's
   underline, says nothing.
+- A table's row (a line starting with `|`) says its cells separated by
+  commas and ends with a period; its delimiter row (`|---|:-:|`) says nothing.
 - A fenced code block (a line starting with 3 or more backticks or tildes,
   up to a line with at least as many of the same) is not read out: the
   options' code_placeholder is said instead, on a line of its own (nothing
@@ -132,6 +134,7 @@ class SpeechCleaner:
         self._code = 0               # backticks that opened the code span we are in
         self._url = False            # in a bare URL after its host: skipped
         self._emoji = False          # the last character decided was an emoji
+        self._table = False          # the line is a table's row
         self._out: list[str] = []
 
     def feed(self, text: str) -> str:
@@ -209,7 +212,7 @@ class SpeechCleaner:
             self._out.append(".")
         self._out.append(newline)
         self._line_start, self._item, self._last = True, False, ""
-        self._code, self._url, self._prev = 0, False, "\n"
+        self._code, self._url, self._prev, self._table = 0, False, "\n", False
 
     def _step(self, text: str, i: int) -> tuple[int, str]:
         char = text[i]
@@ -263,11 +266,17 @@ class SpeechCleaner:
         if char in _RULE_CHARS and self._is_rule(text, i):
             self._line_start = False
             return self._skip_line(text, i)
+        if char == "|":
+            if self._is_delimiter_row(text, i):
+                self._line_start = False
+                return self._skip_line(text, i)
+            self._table = self._item = True
+            return i + 1
         end = self._marker_end(text, i)
         if end is not None:
             end = self._run_end(text, end, _SPACES)
         self._line_start = False
-        self._item = end is not None
+        self._item = self._item or end is not None
         return i if end is None else end
 
     def _marker_end(self, text: str, i: int) -> int | None:
@@ -307,6 +316,18 @@ class SpeechCleaner:
             if here == char:
                 count += 1
             elif here not in _SPACES:
+                return False
+        return False
+
+    def _is_delimiter_row(self, text: str, i: int) -> bool:
+        """A table's line of `|`, `-`, `:` and spaces, with a `-`."""
+        dash = False
+        for index in range(i, i + MAX_HOLD):
+            here = self._char_at(text, index)
+            if here == "" or here in _BREAKS:
+                return dash
+            dash = dash or here == "-"
+            if here not in "|-:" + _SPACES:
                 return False
         return False
 
@@ -369,6 +390,14 @@ class SpeechCleaner:
             if link is not None:
                 end, label = link
                 return i, text[:i] + label + text[end:]
+        elif char == "|" and self._table:
+            end = self._run_end(text, i + 1, _SPACES)
+            after = self._char_at(text, end)
+            if after == "" or after in _BREAKS:
+                return end, text  # the row's closing bar
+            self._emit(",")
+            self._prev = " "
+            return i + 1, text
         elif char == "<":
             close = self._find(text, i + 1, ">")
             if close is not None and self._url_scheme(text, i + 1) == "full":
