@@ -119,6 +119,10 @@ class _Wait(Exception):
 
 
 class SpeechCleaner:
+    """One answer's text, fed in pieces, cleaned for speech (the rules above).
+    The state is the line's (start, item, table), a code block or span, a URL
+    being skipped, and the undecided text, at most a few MAX_HOLD long."""
+
     def __init__(self, options: SpeechOptions = SpeechOptions()) -> None:
         self.options = options
         self._reset()
@@ -194,7 +198,7 @@ class SpeechCleaner:
         characters and before a line break; None if there is none."""
         for index in range(start, start + MAX_HOLD):
             char = self._char_at(text, index)
-            if char in targets and char:
+            if char and char in targets:
                 return index
             if char == "" or char in _BREAKS:
                 return None
