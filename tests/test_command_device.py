@@ -187,6 +187,19 @@ async def test_per_answer_runs_once_with_the_whole_answer():
 
 
 @pytest.mark.trio
+async def test_with_speech_the_answer_and_an_error_are_cleaned_for_a_voice():
+    device = make(argv=["printf", "%s", "{text}"], per="answer", speech=True,
+                  code_placeholder="Some code.")
+    await feed(device, event("done", finish_reason="stop",
+                             text="**Yes**: see https://example.com/x\n```\nls\n```\n🎉"),
+               runs=1)
+    assert device.last_run["stdout"] == "Yes: see example.com\nSome code.\n\n"
+    await feed(device, event("error", code="provider", message="`https://up.example/v1` failed"),
+               runs=2)
+    assert device.last_run["stdout"] == "up.example failed"
+
+
+@pytest.mark.trio
 async def test_an_error_runs_with_its_message_and_empty_text_runs_nothing():
     device = make(argv=["printf", "%s", "{text}"])
     await feed(device, event("sentence", text=""), event("done", finish_reason="stop", text="x"),
@@ -327,6 +340,13 @@ BAD_SETTINGS = [
     ({"argv": ["cat"], "max_output": -1}, "max_output"),
     ({"argv": ["cat"], "max_output": 1.5}, "max_output"),
     ({"argv": ["cat"], "colour": "red"}, "colour"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": "yes"}, "speech"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "emoji": "name"}, "emoji"),  # only with speech = true
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": True, "emoji": "say"}, "emoji"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": True, "code_placeholder": "a\nb"}, "code_placeholder"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": True, "code_placeholder": "x" * 201}, "code_placeholder"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": True, "speak_tool_calls": 1}, "speak_tool_calls"),
+    ({"argv": ["cat"], "tool_argv": TOOL_ARGV, "speech": True, "speak_tool_calls": True}, "speak_tool_calls"),
     ({"argv": ["cat"], "tool_argv": ["echo"]}, "tool_argv"),
     ({"argv": ["cat"], "tool_argv": {**TOOL_ARGV, "other": ["true"]}}, "tool_argv.other"),
     ({"argv": ["cat"], "tool_argv": {"echo": TOOL_ARGV["echo"], "fail": ["false"]}},

@@ -580,3 +580,22 @@ def test_bad_fallbacks_name_key_and_line(tmp_path, a, b, line, key, problem):
     error = load_error(tmp_path, text)
     assert (error.line, error.key) == (line, key)
     assert error.problem == (problem or "the fallbacks go round in a cycle: b -> c -> b")
+
+
+SPEAKER = '''
+[devices.voice]
+type = "wyoming-tts"
+address = "tcp://127.0.0.1:10200"
+sink = "wyoming"
+sink_address = "tcp://127.0.0.1:10601"
+code_placeholder = "Code."
+emoji = "name"
+'''
+
+
+def test_speech_and_sink_settings_of_a_speech_device(tmp_path):
+    device = load_text(tmp_path, DOCUMENT + SPEAKER).devices["voice"].build()
+    assert (device.speech.code_placeholder, device.speech.emoji_names) == ("Code.", True)
+    assert device.sink_address == ("tcp", "127.0.0.1", 10601)
+    error = load_error(tmp_path, DOCUMENT + SPEAKER.replace('"name"', '"say"'))
+    assert str(error).endswith('devices.voice.emoji: "drop" or "name"')

@@ -304,17 +304,27 @@ async def test_each_ask_has_its_own_segmenter(boards):
         assert await lines_until(board, "DONE stop") == ["TEXT Moin moin.", "DONE stop"]
 
 
-@pytest.mark.trio
-async def test_sentences_run_the_program_one_at_a_time_in_order(tmp_path):
+async def runs_of_a_speaker(tmp_path: Path, deltas: list[str], runs: int, settings=None,
+                           events=None, reasoning: str = "") -> list[str]:
+    """The texts a command device ran its program with, one at a time, for
+    one answer of these deltas published to the hub."""
     out = tmp_path / "spoken"
     speak = script(tmp_path / "speak.sh", f'printf "%s\\n" "$1" >> {shlex.quote(str(out))}\n')
-    hub = DeviceHub({"speaker": spec(CommandDevice, "speaker", {"argv": [speak, "{text}"]})})
+    hub = DeviceHub({"speaker": spec(CommandDevice, "speaker",
+                                     {"argv": [speak, "{text}"], **(settings or {})},
+                                     events=events)})
     async with supervised(hub):
         await all_running(hub)
-        await answer(hub, R1, "It is 21.5 °C. Th", "e door is ", "locked! Good night")
-        await until(lambda: status_of(hub, "speaker")["runs"] == 3)
-    assert out.read_text().splitlines() == ["It is 21.5 °C.", "The door is locked!",
-                                            "Good night"]
+        await answer(hub, R1, *deltas, reasoning=reasoning)
+        await until(lambda: status_of(hub, "speaker")["runs"] == runs)
+    return out.read_text().splitlines()
+
+
+@pytest.mark.trio
+async def test_sentences_run_the_program_one_at_a_time_in_order(tmp_path):
+    assert await runs_of_a_speaker(tmp_path, ["It is 21.5 °C. Th", "e door is ",
+                                              "locked! Good night"], 3) == [
+        "It is 21.5 °C.", "The door is locked!", "Good night"]
 
 
 ANSWER = ('Well, hello there, friend! It is 21.5 °C, e.g. warm. Mr. Smith said "hi." Then… '
@@ -640,3 +650,26 @@ async def test_status_fields(relay_hub, boards):
     panel = DeviceHub({"panel": serial("panel", board, {"sentence"})}).status()[0]
     assert panel["kind"] == "serial" and panel["port"] == str(board.link)
     assert panel["connected"] is False and panel["tools"] == []
+
+
+MARKDOWN = ("## Weather\nIt is **21 °C** in the [kitchen](https://x.org/k).\n- Open the window\n"
+            "- Close the door\n```sh\necho code. More code.\n```\nSee https://example.com/a. Bye 👋")
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("cut", [1, 7, len(MARKDOWN)])
+async def test_a_device_that_speaks_gets_its_sentences_cleaned(tmp_path, cut):
+    deltas = [MARKDOWN[start:start + cut] for start in range(0, len(MARKDOWN), cut)]
+    said = await runs_of_a_speaker(tmp_path, deltas, 7,
+                                   {"speech": True, "speak_tool_calls": True},
+                                   {"sentence", "reasoning", "tool_call", "done"},
+                                   reasoning="I think **hard**.")
+    # the tool call's name after the text before it; reasoning never
+    assert said == ["Weather.", "It is 21 °C in the kitchen.", "Open the window.",
+                    "Close the door.", "See example.com.", "Bye", "t."]
+
+
+@pytest.mark.trio
+async def test_a_command_device_passes_the_text_as_it_is_by_default(tmp_path):
+    assert await runs_of_a_speaker(tmp_path, ["It is **warm**. See https://example.com/a."],
+                                   2) == ["It is **warm**.", "See https://example.com/a."]

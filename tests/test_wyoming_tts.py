@@ -152,6 +152,24 @@ async def test_a_streaming_server_gets_the_deltas_as_they_come(tts_server, tmp_p
     assert speech.answers == 1
 
 
+MARKDOWN = ("## Rooms\n- The living room is **twenty one** degrees\n- The kitchen is "
+            "[warmer](https://x.org/k)!\n```\ncode. More code.\n```\nShall I open a window? 🪟")
+CLEANED = ["Rooms.", "The living room is twenty one degrees.", "The kitchen is warmer!",
+           "Shall I open a window?"]
+
+
+@pytest.mark.trio
+async def test_a_streaming_server_gets_the_deltas_cleaned_for_speech(tts_server, tmp_path):
+    speech, log, sink = await started(tts_server, tmp_path, server_streams=True)
+    async with running(speech) as inbox:
+        for start in range(0, len(MARKDOWN), 3):  # markers cut anywhere
+            await inbox.put(Event("delta", {"text": MARKDOWN[start:start + 3]}, REQUEST))
+        await inbox.put(Event("done", {"text": MARKDOWN}, REQUEST))
+        await all_heard(speech, CLEANED)
+    assert spoken(log) == CLEANED
+    assert heard_exactly(log, sink, CLEANED)
+
+
 @pytest.mark.trio
 async def test_streaming_can_be_turned_off_for_a_streaming_server(tts_server, tmp_path):
     speech, log, sink = await started(tts_server, tmp_path, server_streams=True, streaming=False)
@@ -195,6 +213,8 @@ def test_a_bad_address_is_named(address):
     ({"sink": "file"}, "path"), ({"sink": "speaker"}, "sink"), ({"streaming": "yes"}, "streaming"),
     ({"alsa_device": "-D"}, "alsa_device"), ({"voice": ""}, "voice"),
     ({"max_buffered_seconds": 0}, "max_buffered_seconds"), ({"colour": 1}, "colour"),
+    ({"speech": "on"}, "speech"), ({"speak_tool_calls": True}, "speak_tool_calls"),
+    ({"speech": False, "code_placeholder": "code"}, "code_placeholder"),
 ])
 def test_bad_settings_are_named(settings, key):
     with pytest.raises(SettingError) as caught:

@@ -43,7 +43,7 @@ def espeak_pcm(text: str) -> tuple[int, int, int, bytes]:
 def complete_sentences(text: str) -> tuple[list[str], str]:
     """The sentences of text that are certainly over, and the rest."""
     parts = SENTENCE_END.split(text)
-    return [p for p in parts[:-1] if p.strip()], parts[-1]
+    return [p.strip() for p in parts[:-1] if p.strip()], parts[-1]
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping
 import trio
 
 from agent.api import replies
+from agent.devices.speech_text import SpeechOptions
 
 SENTENCE = "sentence"
 EVENT_TYPES = frozenset({SENTENCE, *(reply.type for reply in (
@@ -82,6 +83,39 @@ def refuse_unknown(settings: Mapping[str, Any], known) -> None:
                            f"{', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
 
+SPEECH_KEYS = frozenset({"speech", "code_placeholder", "emoji", "speak_tool_calls"})
+_PLACEHOLDER_MAX = 200
+
+
+def speech_options(common: "Common", settings: Mapping[str, Any],
+                   default: bool) -> SpeechOptions | None:
+    """The speech keys of a device that may speak (agent/devices/speech_text.py):
+    None when `speech` is false, and its text goes out as the model wrote it."""
+    speech = settings.get("speech", default)
+    if not isinstance(speech, bool):
+        raise SettingError("speech", "must be true or false")
+    if not speech:
+        extra = sorted(SPEECH_KEYS & set(settings) - {"speech"})
+        if extra:
+            raise SettingError(extra[0], "only with speech = true")
+        return None
+    placeholder = settings.get("code_placeholder", "")
+    if not (isinstance(placeholder, str) and len(placeholder) <= _PLACEHOLDER_MAX
+            and placeholder.isprintable()):
+        raise SettingError("code_placeholder", f"a line of at most {_PLACEHOLDER_MAX} "
+                                               "characters, said for a code block")
+    emoji = settings.get("emoji", "drop")
+    if emoji not in ("drop", "name"):
+        raise SettingError("emoji", '"drop" or "name"')
+    speak_tool_calls = settings.get("speak_tool_calls", False)
+    if not isinstance(speak_tool_calls, bool):
+        raise SettingError("speak_tool_calls", "must be true or false")
+    if speak_tool_calls and "tool_call" not in common.events:
+        raise SettingError("speak_tool_calls", 'the device must take "tool_call" events '
+                                               "(its events setting)")
+    return SpeechOptions(placeholder, emoji == "name", speak_tool_calls)
+
+
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
 
 
@@ -105,6 +139,9 @@ class Device:
 
     kind: ClassVar[str]
     DEFAULT_EVENTS: ClassVar[frozenset[str]]
+    # A device that speaks sets this: the hub cleans the sentences it cuts
+    # for it (agent/devices/speech_text.py) before they are cut.
+    speech: SpeechOptions | None = None
 
     def __init__(self, common: Common) -> None:
         self.common = common

@@ -23,6 +23,13 @@ Settings (the device's own keys):
   as it is, anything else as JSON (true, 3, 0.5). stdout, stripped, is the
   result; a non-zero exit or a timeout is a ToolError.
 - allow_dash: placeholders whose value may start an argument with `-`.
+- speech: true makes `{text}` the text cleaned for a voice
+  (agent/devices/speech_text.py: no markdown, URLs as their host, no emoji);
+  false, the default, passes the model's text as it is: a command device is
+  as often a notifier or a logger as a voice, and those may want it whole.
+  With speech: code_placeholder (said for a code block), emoji ("drop" or
+  "name") and speak_tool_calls (a `tool_call` event runs the program with
+  the tool's name as words; the device must take tool_call events).
 
 Model text never becomes a program's option: an argument that would start
 with `-` from a placeholder's value (`{text}` = "-f/etc/passwd") is refused
@@ -54,8 +61,9 @@ from typing import Any, Mapping
 import trio
 
 from agent.devices import templates
-from agent.devices.base import (Common, Device, Inbox, Prompt, SettingError, ToolError, ToolSpec,
-                                refuse_unknown)
+from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError, ToolError,
+                                ToolSpec, refuse_unknown, speech_options)
+from agent.devices.speech_text import SpeechOptions, clean, tool_call_phrase
 from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
@@ -63,7 +71,7 @@ log = logging.getLogger("homeagent.devices")
 KILL_GRACE = 1.0  # seconds from SIGTERM to SIGKILL
 _PLACEHOLDERS = frozenset({"text", "session"})
 _KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv",
-                   "allow_dash"})
+                   "allow_dash"}) | SPEECH_KEYS
 END_OF_OPTIONS = "--"
 
 
@@ -84,7 +92,7 @@ class OptionRefused(ToolError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Argv:
+class Argv:
     """A checked argv template."""
     program: str        # as configured, for reports
     path: str           # resolved when the config loads
@@ -105,7 +113,7 @@ class _Argv:
         return argv
 
 
-def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
+def parse_argv(key: str, argv: Any, names: frozenset[str]) -> Argv:
     if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
         raise SettingError(key, "must be a non-empty list of strings: the program and "
                                 "its arguments")
@@ -120,10 +128,10 @@ def _parse_argv(key: str, argv: Any, names: frozenset[str]) -> _Argv:
     if path is None:
         raise SettingError(key, f"program {program!r} not found or not executable")
     options_end = argv[1:].index(END_OF_OPTIONS) if END_OF_OPTIONS in argv[1:] else len(args)
-    return _Argv(program, path, args, options_end)
+    return Argv(program, path, args, options_end)
 
 
-def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
+def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, Argv]:
     if not isinstance(table, Mapping):
         raise SettingError("tool_argv", "must be a table: tool name = argv")
     specs = {tool.name: tool for tool in tools}
@@ -135,7 +143,7 @@ def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, _Argv]:
         if name not in table:
             raise SettingError(f"tool_argv.{name}", "missing: each tool of this device "
                                                     "runs its own argv")
-        argvs[name] = _parse_argv(f"tool_argv.{name}", table[name],
+        argvs[name] = parse_argv(f"tool_argv.{name}", table[name],
                                   frozenset(spec.parameters.get("properties", {})))
     return argvs
 
@@ -178,10 +186,12 @@ class CommandDevice(Device):
     kind = "command"
     DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
 
-    def __init__(self, common: Common, argv: _Argv, *, per: str, stdin: bool,
-                 timeout: float, max_output: int, tools: Mapping[str, _Argv],
-                 allow_dash: frozenset[str] = frozenset()) -> None:
+    def __init__(self, common: Common, argv: Argv, *, per: str, stdin: bool,
+                 timeout: float, max_output: int, tools: Mapping[str, Argv],
+                 allow_dash: frozenset[str] = frozenset(),
+                 speech: SpeechOptions | None = None) -> None:
         super().__init__(common)
+        self.speech = speech  # the hub cleans the sentences; the rest is cleaned here
         self.argv, self.per, self.stdin = argv, per, stdin
         self.timeout, self.max_output, self.tools = timeout, max_output, dict(tools)
         self.allow_dash = allow_dash
@@ -195,7 +205,7 @@ class CommandDevice(Device):
         refuse_unknown(settings, _KEYS)
         if "argv" not in settings:
             raise SettingError("argv", "required: the program and its arguments")
-        argv = _parse_argv("argv", settings["argv"], _PLACEHOLDERS)
+        argv = parse_argv("argv", settings["argv"], _PLACEHOLDERS)
         per = settings.get("per", "sentence")
         if per not in ("sentence", "answer"):
             raise SettingError("per", f'"sentence" or "answer", not {per!r}')
@@ -211,7 +221,8 @@ class CommandDevice(Device):
         tools = _tool_argvs(common.tools, settings.get("tool_argv", {}))
         return cls(common, argv, per=per, stdin=stdin, timeout=float(timeout),
                    max_output=max_output, tools=tools,
-                   allow_dash=_allow_dash(settings.get("allow_dash", []), common.tools))
+                   allow_dash=_allow_dash(settings.get("allow_dash", []), common.tools),
+                   speech=speech_options(common, settings, default=False))
 
     async def run(self, inbox: Inbox, prompt: Prompt,
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -223,8 +234,14 @@ class CommandDevice(Device):
         async for event in inbox:
             if event.type == trigger:
                 text = event.text
+                if self.speech and trigger == "done":
+                    text = clean(text, self.speech)
             elif event.type == "error":
                 text = event.data.get("message", "")
+                if self.speech:
+                    text = clean(text, self.speech)
+            elif event.type == "tool_call" and self.speech and self.speech.speak_tool_calls:
+                text = tool_call_phrase(event.data.get("name"))
             else:
                 continue
             if text:

@@ -3,7 +3,9 @@ and where the model's tool calls reach a device.
 
 - publish(): each reply goes into the inbox of every device that wants its
   type, under the device's overflow policy; deltas are also cut into
-  sentences (one segmenter per device and ask) for devices that want those.
+  sentences (one segmenter per device and ask) for devices that want those,
+  after cleaning them for speech for a device that speaks (its lines'
+  markdown is whole before the segmenter cuts them).
   A device that is down gets nothing: its events are dropped and counted.
 - run(): one supervisor task per device. run() of a device that raises is
   reported (log, status, a `device` event to subscribers) and started again
@@ -32,6 +34,7 @@ import trio
 from agent.api import replies
 from agent.devices.base import SENTENCE, Common, Device, Event, Inbox, ToolError, ToolSpec
 from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.devices.speech_text import SpeechCleaner, SpeechOptions
 from agent.providers.requests import Tool
 from agent.stream.message import ToolCall
 
@@ -81,8 +84,25 @@ class _Running:
     restarts: int = 0
     last_error: str | None = None
     prompts: int = 0
-    segmenters: dict = field(default_factory=dict)  # request key -> Segmenter
+    segmenters: dict = field(default_factory=dict)  # request key -> _Sentences
     tool_turn: trio.Lock = field(default_factory=trio.Lock)  # one tool run at a time, FIFO
+
+
+class _Sentences:
+    """One ask's text cut into sentences for one device, cleaned for speech
+    first when the device speaks."""
+
+    def __init__(self, common: Common, speech: SpeechOptions | None) -> None:
+        self._cleaner = SpeechCleaner(speech) if speech is not None else None
+        self._segmenter = Segmenter(SegmenterConfig(max_chars=common.sentence_max_chars,
+                                                    first_min_chars=common.first_sentence_chars))
+
+    def feed(self, text: str) -> list[str]:
+        return self._segmenter.feed(self._cleaner.feed(text) if self._cleaner else text)
+
+    def close(self) -> list[str]:
+        rest = self._segmenter.feed(self._cleaner.close()) if self._cleaner else []
+        return rest + self._segmenter.close()
 
 
 class _Started:
@@ -213,16 +233,14 @@ class DeviceHub:
 
     @staticmethod
     def _sentences(running: _Running, key, is_delta: bool, text: str) -> list[str]:
-        common = running.device.common
-        segmenter = running.segmenters.get(key)
+        sentences = running.segmenters.get(key)
         if is_delta:
-            if segmenter is None:
-                segmenter = running.segmenters[key] = Segmenter(SegmenterConfig(
-                    max_chars=common.sentence_max_chars,
-                    first_min_chars=common.first_sentence_chars))
-            return segmenter.feed(text)
+            if sentences is None:
+                sentences = running.segmenters[key] = _Sentences(running.device.common,
+                                                                 running.device.speech)
+            return sentences.feed(text)
         running.segmenters.pop(key, None)  # a step or the ask ended: the rest of its text
-        return segmenter.close() if segmenter is not None else []
+        return sentences.close() if sentences is not None else []
 
     # ---- tools ----
 

@@ -12,18 +12,41 @@ complete: the server works on sentence n+1 while n plays.
 One task reads the server's events and hands their audio to the sink
 through a buffer bounded by `max_buffered_seconds` of audio: when it is
 full, reading stops and TCP holds the server back. Reasoning is never
-spoken (the device does not take `reasoning` events).
+spoken (the device does not take `reasoning` events). The text is cleaned
+for speech (agent/devices/speech_text.py): the hub cleans the sentences it
+cuts for the device, and the deltas to a streaming server are cleaned here,
+each answer by its own cleaner, so markdown split across deltas is still
+recognised; a tool call is spoken only with speak_tool_calls.
 
 Settings (the device's own keys):
 - address: "tcp://HOST:PORT" or "unix:PATH", the server.
 - voice, speaker, language: sent as the synthesize event's voice.
 - streaming: "auto" (default: as the server's info says), true or false.
-- sink: "aplay" (default: ALSA's aplay on `alsa_device`) or "file" (raw PCM
-  appended to `path`, for a pipe or a recorder).
+- sink: where the audio goes:
+  "aplay" (default): ALSA's aplay plays it on `alsa_device`;
+  "file": raw PCM appended to `path`, for a pipe or a recorder;
+  "program": raw PCM on the stdin of `sink_program`, an argv checked as the
+  command device's (a name on PATH or an absolute path, never a shell) whose
+  arguments may hold `{rate}`, `{width}` and `{channels}`;
+  "wyoming": a Wyoming snd server at `sink_address` (a network speaker: what
+  wyoming-satellite's snd service speaks) gets audio-start, audio-chunks and
+  audio-stop, and is waited for its `played` (bounded: see _WyomingSink).
+  Each utterance (audio-start to audio-stop) opens the sink anew. Every sink
+  holds back the writer (a pipe, a socket), so what waits for it is only the
+  bounded buffer below. A sink that cannot be opened or written (the program
+  exited, the speaker is gone) raises SinkError out of run(): the device is
+  restarted by the hub.
 - alsa_device: the ALSA device name for aplay (default "default").
 - path: the file of the "file" sink.
+- sink_program: the argv of the "program" sink.
+- sink_address: "tcp://HOST:PORT" or "unix:PATH", the "wyoming" sink's server.
 - connect_timeout: seconds to connect and have the server's info (10).
 - max_buffered_seconds: audio held ahead of the sink (30).
+- speech: true (default) cleans the text for a voice; false sends it as the
+  model wrote it. With it: code_placeholder (said for a code block, nothing
+  by default), emoji ("drop", default, or "name") and speak_tool_calls (the
+  tool's name is said at each `tool_call` event; needs "tool_call" in
+  events).
 
 A connection the server closes, a framing error or a server that does not
 answer `describe` raise out of run(): the hub reports the device failed and
@@ -36,26 +59,39 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import trio
 
 from agent import wyoming
-from agent.devices.base import Common, Device, Inbox, Prompt, SettingError, refuse_unknown
+from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError,
+                                refuse_unknown, speech_options)
+from agent.devices.command import Argv, parse_argv
+from agent.devices.speech_text import SpeechCleaner, SpeechOptions, tool_call_phrase
 from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
 
 _KEYS = frozenset({"address", "voice", "speaker", "language", "streaming", "sink",
-                   "alsa_device", "path", "connect_timeout", "max_buffered_seconds"})
+                   "alsa_device", "path", "sink_program", "sink_address", "connect_timeout",
+                   "max_buffered_seconds"}) | SPEECH_KEYS
+_SINKS = ("aplay", "file", "program", "wyoming")
+_FORMAT_NAMES = frozenset({"rate", "width", "channels"})  # the program sink's placeholders
 _READ = 65536
+PLAYED_GRACE = 2.0  # seconds a Wyoming speaker may take past an utterance's length to play it
 # sample width in bytes -> aplay's format name (Wyoming audio is little-endian PCM)
 _APLAY_FORMATS = {1: "U8", 2: "S16_LE", 3: "S24_3LE", 4: "S32_LE"}
 
 
 class TTSServerError(ConnectionError):
     """The server broke the protocol or the connection: the device restarts."""
+
+
+class SinkError(ConnectionError):
+    """The audio sink could not be opened or stopped taking audio: the device
+    restarts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +110,23 @@ class AudioFormat:
     @property
     def bytes_per_second(self) -> int:
         return self.rate * self.width * self.channels
+
+
+class _StreamedAnswer:
+    """An answer streamed to the server: its deltas cleaned for speech (or
+    not, with speech = false) and what was sent of them."""
+
+    def __init__(self, speech: SpeechOptions | None) -> None:
+        self._cleaner = SpeechCleaner(speech) if speech is not None else None
+        self.started = False
+        self.sent: list[str] = []
+
+    def feed(self, text: str) -> str:
+        return self._cleaner.feed(text) if self._cleaner else text
+
+    def close(self) -> str:
+        """What the cleaner held back; it then starts afresh."""
+        return self._cleaner.close() if self._cleaner else ""
 
 
 class _Audio:
@@ -110,8 +163,13 @@ class WyomingSpeech(Device):
 
     def __init__(self, common: Common, address: tuple[str, str, int], *, voice: dict,
                  streaming: bool | None, sink: str, alsa_device: str, path: str | None,
-                 connect_timeout: float, max_buffered_seconds: float) -> None:
+                 connect_timeout: float, max_buffered_seconds: float,
+                 speech: SpeechOptions | None = SpeechOptions(),
+                 sink_program: Argv | None = None,
+                 sink_address: tuple[str, str, int] | None = None) -> None:
         super().__init__(common)
+        self.sink_program, self.sink_address = sink_program, sink_address
+        self.speech = speech  # the hub cleans the sentences, _send_text the deltas
         self.address, self.voice, self.streaming = address, voice, streaming
         self.sink, self.alsa_device, self.path = sink, alsa_device, path
         self.connect_timeout = connect_timeout
@@ -126,10 +184,7 @@ class WyomingSpeech(Device):
         refuse_unknown(settings, _KEYS)
         if "address" not in settings:
             raise SettingError("address", 'required: "tcp://HOST:PORT" or "unix:PATH"')
-        try:
-            address = wyoming.parse_address(settings["address"])
-        except ValueError as error:
-            raise SettingError("address", str(error)) from None
+        address = _address("address", settings["address"])
         voice = {}
         for key in ("voice", "speaker", "language"):
             value = settings.get(key)
@@ -141,8 +196,23 @@ class WyomingSpeech(Device):
         if streaming not in ("auto", True, False):
             raise SettingError("streaming", '"auto", true or false')
         sink = settings.get("sink", "aplay")
-        if sink not in ("aplay", "file"):
-            raise SettingError("sink", '"aplay" or "file"')
+        if sink not in _SINKS:
+            raise SettingError("sink", ", ".join(f'"{name}"' for name in _SINKS[:-1])
+                               + f' or "{_SINKS[-1]}"')
+        for key, needed_by in (("sink_program", "program"), ("sink_address", "wyoming"),
+                               ("path", "file")):
+            if key in settings and sink != needed_by:
+                raise SettingError(key, f'only with sink = "{needed_by}"')
+        if sink == "program" and "sink_program" not in settings:
+            raise SettingError("sink_program", 'required by sink = "program": the program '
+                                               "and its arguments")
+        if sink == "wyoming" and "sink_address" not in settings:
+            raise SettingError("sink_address", 'required by sink = "wyoming": "tcp://HOST:PORT" '
+                                               'or "unix:PATH"')
+        sink_program = (parse_argv("sink_program", settings["sink_program"], _FORMAT_NAMES)
+                        if sink == "program" else None)
+        sink_address = (_address("sink_address", settings["sink_address"])
+                        if sink == "wyoming" else None)
         path = settings.get("path")
         if sink == "file" and not (isinstance(path, str) and path.startswith("/")):
             raise SettingError("path", 'required by sink = "file": an absolute path')
@@ -158,15 +228,14 @@ class WyomingSpeech(Device):
             numbers[key] = float(value)
         return cls(common, address, voice=voice,
                    streaming=None if streaming == "auto" else streaming, sink=sink,
-                   alsa_device=alsa_device, path=path, **numbers)
+                   alsa_device=alsa_device, path=path,
+                   speech=speech_options(common, settings, default=True),
+                   sink_program=sink_program, sink_address=sink_address, **numbers)
 
     # ---- the connection ----
 
     async def _connect(self) -> trio.abc.Stream:
-        family, host, port = self.address
-        if family == "unix":
-            return await trio.open_unix_socket(host)
-        return await trio.open_tcp_stream(host, port)
+        return await _open_stream(self.address)
 
     async def run(self, inbox: Inbox, prompt: Prompt,
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -224,23 +293,43 @@ class WyomingSpeech(Device):
 
     async def _send_text(self, stream, inbox: Inbox, streams: bool) -> None:
         voice = {"voice": self.voice} if self.voice else {}
-        open_answers: dict[tuple, list[str]] = {}  # request -> its deltas so far
+        open_answers: dict[tuple, _StreamedAnswer] = {}
         async for event in inbox:
             key = tuple(sorted(event.request.items()))
-            if streams and event.type == "delta" and event.text:
-                if key not in open_answers:
-                    open_answers[key] = []
-                    await self._send(stream, "synthesize-start", voice)
-                open_answers[key].append(event.text)
-                await self._send(stream, "synthesize-chunk", {"text": event.text})
+            if event.type == "tool_call":
+                if not (self.speech and self.speech.speak_tool_calls):
+                    continue
+                phrase = tool_call_phrase(event.data.get("name"))
+                if streams:
+                    answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
+                    await self._stream(stream, answer, answer.close() + f"\n{phrase}\n", voice)
+                elif phrase:
+                    await self._send(stream, "synthesize", {"text": phrase, **voice})
+            elif streams and event.type == "delta" and event.text:
+                answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
+                await self._stream(stream, answer, answer.feed(event.text), voice)
             elif streams and event.type in ("done", "error") and key in open_answers:
-                text = "".join(open_answers.pop(key))
-                await self._send(stream, "synthesize", {"text": text, **voice})
-                await self._send(stream, "synthesize-stop", {})
-                self.answers += 1
+                answer = open_answers.pop(key)
+                await self._stream(stream, answer, answer.close(), voice)
+                if answer.started:
+                    await self._send(stream, "synthesize", {"text": "".join(answer.sent),
+                                                            **voice})
+                    await self._send(stream, "synthesize-stop", {})
+                    self.answers += 1
             elif not streams and event.type == "sentence" and event.text.strip():
                 await self._send(stream, "synthesize", {"text": event.text, **voice})
                 self.sentences += 1
+
+    async def _stream(self, stream, answer: _StreamedAnswer, text: str, voice: dict) -> None:
+        """A chunk of a streamed answer; its synthesize-start comes with the
+        first text there is to say."""
+        if not text:
+            return
+        if not answer.started:
+            await self._send(stream, "synthesize-start", voice)
+            answer.started = True
+        answer.sent.append(text)
+        await self._send(stream, "synthesize-chunk", {"text": text})
 
     async def _send(self, stream, kind: str, data: dict) -> None:
         await stream.send_all(wyoming.encode(wyoming.Event(kind, data)))
@@ -290,14 +379,18 @@ class WyomingSpeech(Device):
     async def _open_sink(self, fmt: AudioFormat) -> _Sink:
         if self.sink == "file":
             return _FileSink(fmt, await trio.open_file(self.path, "ab"))
-        argv = ["aplay", "-q", "-D", self.alsa_device, "-t", "raw",
-                "-f", _APLAY_FORMATS[fmt.width], "-r", str(fmt.rate), "-c", str(fmt.channels)]
-        process = await trio.lowlevel.open_process(argv, stdin=-1)
-        return _AplaySink(fmt, process)
+        if self.sink == "wyoming":
+            return await _WyomingSink.open(fmt, self.sink_address, self.connect_timeout)
+        if self.sink == "program":
+            argv = self.sink_program.render({"rate": fmt.rate, "width": fmt.width,
+                                             "channels": fmt.channels}, frozenset())
+        else:
+            argv = ["aplay", "-q", "-D", self.alsa_device, "-t", "raw", "-f",
+                    _APLAY_FORMATS[fmt.width], "-r", str(fmt.rate), "-c", str(fmt.channels)]
+        return await _ProcessSink.open(fmt, argv)
 
     def status(self) -> dict[str, Any]:
-        family, host, port = self.address
-        return {"address": f"tcp://{host}:{port}" if family == "tcp" else f"unix:{host}",
+        return {"address": _address_text(self.address),
                 "connected": self.connected, "server_streams": self.server_streams,
                 "sentences": self.sentences, "answers": self.answers,
                 "audio_bytes": self.audio_bytes}
@@ -324,15 +417,34 @@ class _FileSink(_Sink):
         await self._file.aclose()
 
 
-class _AplaySink(_Sink):
-    """aplay reading raw PCM on stdin: its pipe paces the writes at playback
-    speed, which is what keeps the buffer ahead of it bounded."""
+class _ProcessSink(_Sink):
+    """A program reading raw PCM on stdin (aplay, or the "program" sink's):
+    its pipe paces the writes at playback speed, which is what keeps the
+    buffer ahead of it bounded."""
 
-    def __init__(self, fmt: AudioFormat, process: trio.Process) -> None:
-        self.format, self._process = fmt, process
+    def __init__(self, fmt: AudioFormat, process: trio.Process, program: str) -> None:
+        self.format, self._process, self._program = fmt, process, program
+
+    @classmethod
+    async def open(cls, fmt: AudioFormat, argv: list[str]) -> _ProcessSink:
+        program = argv[0].rpartition("/")[2]
+        try:
+            process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE,
+                                                       stdout=subprocess.DEVNULL)
+        except OSError as error:
+            raise SinkError(f"the audio program {program} could not be started: "
+                            f"{error.strerror or error}") from None
+        return cls(fmt, process, program)
 
     async def write(self, pcm: bytes) -> None:
-        await self._process.stdin.send_all(pcm)
+        try:
+            await self._process.stdin.send_all(pcm)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(1):
+                    await self._process.wait()
+            raise SinkError(f"the audio program {self._program} stopped reading (exit status "
+                            f"{self._process.returncode})") from None
 
     async def aclose(self) -> None:
         await self._process.stdin.aclose()
@@ -342,4 +454,98 @@ class _AplaySink(_Sink):
             self._process.kill()
             await self._process.wait()
         elif self._process.returncode != 0:
-            log.warning("device: aplay exited with status %s", self._process.returncode)
+            log.warning("device: %s exited with status %s", self._program,
+                        self._process.returncode)
+
+
+class _WyomingSink(_Sink):
+    """A Wyoming snd server: audio-start, audio-chunks, audio-stop on a
+    connection of its own; TCP holds the writes back when the speaker is
+    behind. After audio-stop the server's `played` is waited for, so that one
+    utterance ends before the next one's connection starts playing; at most
+    as long as the utterance lasts plus PLAYED_GRACE (the writes were held
+    back to the speaker's pace, so little of it can still be ahead), and a
+    server that sends no `played` (older ones) is not an error."""
+
+    def __init__(self, fmt: AudioFormat, stream: trio.abc.Stream) -> None:
+        self.format, self._stream = fmt, stream
+        self._seconds = 0.0    # of audio sent
+        self._broken = False   # a send failed: nothing more goes
+
+    @classmethod
+    async def open(cls, fmt: AudioFormat, address: tuple[str, str, int],
+                   timeout: float) -> _WyomingSink:
+        try:
+            with trio.fail_after(timeout):
+                stream = await _open_stream(address)
+        except (OSError, trio.TooSlowError) as error:
+            raise SinkError(f"the Wyoming speaker at {_address_text(address)} could not be "
+                            f"reached: {error}") from None
+        sink = cls(fmt, stream)
+        try:
+            await sink._send(wyoming.Event("audio-start", sink._format()))
+        except SinkError:
+            await stream.aclose()
+            raise
+        return sink
+
+    def _format(self) -> dict:
+        return {"rate": self.format.rate, "width": self.format.width,
+                "channels": self.format.channels}
+
+    async def _send(self, event: wyoming.Event) -> None:
+        try:
+            await self._stream.send_all(wyoming.encode(event))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            self._broken = True
+            raise SinkError(f"the Wyoming speaker closed the connection: {error}") from None
+
+    async def write(self, pcm: bytes) -> None:
+        await self._send(wyoming.Event("audio-chunk", self._format(), pcm))
+        self._seconds += len(pcm) / self.format.bytes_per_second
+
+    async def aclose(self) -> None:
+        if self._broken:
+            await self._stream.aclose()
+            return
+        try:
+            await self._send(wyoming.Event("audio-stop"))
+            with trio.move_on_after(self._seconds + PLAYED_GRACE):
+                await self._played()
+        except SinkError as error:
+            log.warning("device: %s", error)
+        finally:
+            await self._stream.aclose()
+
+    async def _played(self) -> None:
+        """Until the server's `played`, or it closes or breaks the framing."""
+        reader = wyoming.Reader()
+        while True:
+            try:
+                data = await self._stream.receive_some(_READ)
+            except (trio.BrokenResourceError, OSError):
+                return
+            for item in reader.feed(data) if data else reader.close():
+                if type(item) is wyoming.FramingError or item.type == "played":
+                    return
+            if not data:
+                return
+
+
+async def _open_stream(address: tuple[str, str, int]) -> trio.abc.Stream:
+    family, host, port = address
+    if family == "unix":
+        return await trio.open_unix_socket(host)
+    return await trio.open_tcp_stream(host, port)
+
+
+def _address(key: str, value: Any) -> tuple[str, str, int]:
+    try:
+        return wyoming.parse_address(value)
+    except ValueError as error:
+        raise SettingError(key, str(error)) from None
+
+
+def _address_text(address: tuple[str, str, int]) -> str:
+    family, host, port = address
+    return f"tcp://{host}:{port}" if family == "tcp" else f"unix:{host}"
