@@ -54,6 +54,9 @@ _HEADER = struct.Struct(f"={_HDR}q")  # events, text bytes, bytes used, full
 _RECORD = struct.Struct(f"={_W}q")
 _HDR_BYTES = _HEADER.size
 _REC_BYTES = _RECORD.size
+# The header and the first record in one tuple: a read of a stream that keeps
+# up with the model is one event, most often one text record.
+_HEADER_AND_RECORD = struct.Struct(f"={_HDR + _W}q")
 # Record words by their header names (ha_rec_word), bound once: the hot loop
 # indexes tuples with module ints, no attribute lookup per record.
 _KIND, _INDEX, _SUB, _CODE = (lib.HA_WORD_KIND, lib.HA_WORD_INDEX, lib.HA_WORD_SUB,
@@ -67,9 +70,16 @@ _USAGE_WORDS = (lib.HA_USAGE_INPUT, lib.HA_USAGE_OUTPUT, lib.HA_USAGE_TOTAL,
 _TIMING_WORDS = (lib.HA_TIMING_TOTAL, lib.HA_TIMING_LOAD, lib.HA_TIMING_PROMPT_EVAL,
                  lib.HA_TIMING_EVAL)
 _TEXT = lib.HA_REC_TEXT
+# that record's words in _HEADER_AND_RECORD's tuple
+_ONE_KIND, _ONE_INDEX, _ONE_SUB, _ONE_S2 = (_HDR + _KIND, _HDR + _INDEX, _HDR + _SUB,
+                                            _HDR + _S2)
+_HDR_TEXT, _HDR_FULL = lib.HA_HDR_TEXT, lib.HA_HDR_FULL
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
 _SSE_EVENT = lib.HA_REC_SSE_EVENT
+# The deltas built alike, (index, text, sub or None, item id or None)
+_PLAIN_DELTAS = {_TEXT: TextDelta, _REASONING: ReasoningDelta,
+                 lib.HA_REC_REFUSAL: RefusalDelta}
 _END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
@@ -133,8 +143,18 @@ class StreamDecoder:
             raise StreamClosedError("feed() after close()")
         if type(data) is not bytes:
             data = bytes(data)
-        out: list = []
         n = self._feed(self._st, data, len(data))
+        if n == 1:
+            # The usual read of a stream that keeps up: one delta without an
+            # item id, whose text is then all the call's text. One unpack,
+            # one decode, one object; no record loop.
+            w = _HEADER_AND_RECORD.unpack_from(self._recs)
+            delta = _PLAIN_DELTAS.get(w[_ONE_KIND])
+            if delta is not None and w[_ONE_S2] < 0 and not w[_HDR_FULL]:
+                sub = w[_ONE_SUB]
+                return [delta(w[_ONE_INDEX], self._text[0:w[_HDR_TEXT]].decode("utf-8"),
+                              None if sub < 0 else sub, None)]
+        out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
             if n:
