@@ -299,7 +299,9 @@ def _line(message: dict) -> bytes:
 
 @pytest.mark.parametrize("protocol, events", [
     (Protocol.OPENAI_CHAT, [_chunk({"content": "héllo 🙂"}), _chunk({"reasoning_content": "r"}),
-                            _chunk({"refusal": "no"}), _chunk({"content": "x"}, index=3)]),
+                            _chunk({"refusal": "no"}), _chunk({"content": "x"}, index=3),
+                            _chunk({"tool_calls": [{"index": 2, "function": {"arguments": "{\"a"}}]}),
+                            _chunk({"tool_calls": [{"function": {"arguments": "1}"}}]})]),
     (Protocol.OLLAMA, [_line({"content": "héllo 🙂"}), _line({"thinking": "t"})]),
     (Protocol.OPENAI_RESPONSES, [
         b"data: " + json.dumps({"type": "response.output_text.delta", "output_index": 1,

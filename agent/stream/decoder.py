@@ -149,11 +149,15 @@ class StreamDecoder:
             # item id, whose text is then all the call's text. One unpack,
             # one decode, one object; no record loop.
             w = _HEADER_AND_RECORD.unpack_from(self._recs)
-            delta = _PLAIN_DELTAS.get(w[_ONE_KIND])
-            if delta is not None and w[_ONE_S2] < 0 and not w[_HDR_FULL]:
-                sub = w[_ONE_SUB]
-                return [delta(w[_ONE_INDEX], self._text[0:w[_HDR_TEXT]].decode("utf-8"),
-                              None if sub < 0 else sub, None)]
+            if w[_ONE_S2] < 0 and not w[_HDR_FULL]:
+                kind, sub = w[_ONE_KIND], w[_ONE_SUB]
+                delta = _PLAIN_DELTAS.get(kind)
+                if delta is not None:
+                    return [delta(w[_ONE_INDEX], self._text[0:w[_HDR_TEXT]].decode("utf-8"),
+                                  None if sub < 0 else sub, None)]
+                if kind == _TOOL_ARGS:
+                    return [ToolArgsDelta(w[_ONE_INDEX], None if sub < 0 else sub,
+                                          self._text[0:w[_HDR_TEXT]].decode("utf-8"), None)]
         out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
