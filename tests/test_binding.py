@@ -343,9 +343,17 @@ def _retained_blocks(decoder, reads: list[bytes]) -> int:
     return sum(s.count for s in snapshot.statistics("filename"))
 
 
+def _output_text(delta: dict) -> bytes:
+    return b"data: " + json.dumps({"type": "response.output_text.delta", "output_index": 0,
+                                   "content_index": 0, "item_id": "msg_1",
+                                   "delta": delta["content"]}).encode() + b"\n\n"
+
+
 @pytest.mark.parametrize("make, frame", [
     (lambda: StreamDecoder(Protocol.OPENAI_CHAT), _chunk), (OpenAIChatDecoder, _chunk),
-    (lambda: StreamDecoder(Protocol.OLLAMA), _line), (OllamaDecoder, _line)])
+    (lambda: StreamDecoder(Protocol.OLLAMA), _line), (OllamaDecoder, _line),
+    # the item id every delta names is one str, not one per delta
+    (lambda: StreamDecoder(Protocol.OPENAI_RESPONSES), _output_text)])
 def test_a_text_delta_costs_at_most_two_python_objects(make, frame):
     # Its event and its string, both kept by the caller: feed() leaves
     # nothing else behind per read (the caller's list grows in place).

@@ -71,8 +71,9 @@ _TIMING_WORDS = (lib.HA_TIMING_TOTAL, lib.HA_TIMING_LOAD, lib.HA_TIMING_PROMPT_E
                  lib.HA_TIMING_EVAL)
 _TEXT = lib.HA_REC_TEXT
 # that record's words in _HEADER_AND_RECORD's tuple
-_ONE_KIND, _ONE_INDEX, _ONE_SUB, _ONE_S2 = (_HDR + _KIND, _HDR + _INDEX, _HDR + _SUB,
-                                            _HDR + _S2)
+_ONE_KIND, _ONE_INDEX, _ONE_SUB = _HDR + _KIND, _HDR + _INDEX, _HDR + _SUB
+_ONE_S1, _ONE_S1_END, _ONE_S2, _ONE_S2_END = (_HDR + _S1, _HDR + _S1_END, _HDR + _S2,
+                                              _HDR + _S2_END)
 _HDR_TEXT, _HDR_FULL = lib.HA_HDR_TEXT, lib.HA_HDR_FULL
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
@@ -104,7 +105,7 @@ class StreamDecoder:
     """
 
     __slots__ = ("protocol", "_st", "_areas", "_recs", "_recs_view", "_text", "_raw",
-                 "_feed", "_closed")
+                 "_feed", "_closed", "_item_id")
 
     def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
                  buffer_size: int = DEFAULT_BUFFER_SIZE,
@@ -130,6 +131,7 @@ class StreamDecoder:
         self._raw = memoryview(ffi.buffer(raw))
         self._feed = lib.ha_stream_feed
         self._closed = False
+        self._item_id: str | None = None  # of the last one-delta read
 
     @property
     def retry(self) -> int | None:
@@ -145,19 +147,27 @@ class StreamDecoder:
             data = bytes(data)
         n = self._feed(self._st, data, len(data))
         if n == 1:
-            # The usual read of a stream that keeps up: one delta without an
-            # item id, whose text is then all the call's text. One unpack,
-            # one decode, one object; no record loop.
+            # The usual read of a stream that keeps up: one delta, whose
+            # strings are then all the call's text. One unpack, one decode,
+            # one object; no record loop.
             w = _HEADER_AND_RECORD.unpack_from(self._recs)
-            if w[_ONE_S2] < 0 and not w[_HDR_FULL]:
-                kind, sub = w[_ONE_KIND], w[_ONE_SUB]
-                delta = _PLAIN_DELTAS.get(kind)
-                if delta is not None:
-                    return [delta(w[_ONE_INDEX], self._text[0:w[_HDR_TEXT]].decode("utf-8"),
-                                  None if sub < 0 else sub, None)]
-                if kind == _TOOL_ARGS:
-                    return [ToolArgsDelta(w[_ONE_INDEX], None if sub < 0 else sub,
-                                          self._text[0:w[_HDR_TEXT]].decode("utf-8"), None)]
+            kind = w[_ONE_KIND]
+            delta = _PLAIN_DELTAS.get(kind)
+            if (delta is not None or kind == _TOOL_ARGS) and not w[_HDR_FULL]:
+                text = self._text[0:w[_HDR_TEXT]].decode("utf-8")
+                s2, sub = w[_ONE_S2], w[_ONE_SUB]
+                item_id = None
+                if s2 >= 0:  # Responses: the item id, then the piece
+                    item_id = text[s2:w[_ONE_S2_END]]
+                    if item_id == self._item_id:
+                        item_id = self._item_id  # one str for all of an item's deltas
+                    else:
+                        self._item_id = item_id
+                    text = text[w[_ONE_S1]:w[_ONE_S1_END]]
+                if delta is None:
+                    return [ToolArgsDelta(w[_ONE_INDEX], None if sub < 0 else sub, text,
+                                          item_id)]
+                return [delta(w[_ONE_INDEX], text, None if sub < 0 else sub, item_id)]
         out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
