@@ -18,6 +18,11 @@
  * ha_rec_kind. The header of the record area (HA_REC_HEADER words before the
  * first record) holds the call's totals: see ha_header_word.
  *
+ * The text area holds the strings of the call's records and nothing else
+ * (an event rolled back takes its strings with it): a call whose only
+ * record is a delta without an item id has that delta's piece as all of
+ * its text, which decoder.py decodes without reading the spans.
+ *
  * Consecutive records of a coalescing kind (text, reasoning, refusal, tool
  * arguments) with the same index, sub and s2 are merged
  * into one within a call: a read holding twenty text chunks costs Python one

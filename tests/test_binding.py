@@ -5,11 +5,13 @@ records are committed whole; a full area makes feed() call again)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ import pytest
 from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
 from agent.stream import records
 from agent.stream._binding import ffi
+from agent.stream.decoders.ollama import OllamaDecoder
+from agent.stream.decoders.openai_chat import OpenAIChatDecoder
 from agent.stream.records import (
     FramingError,
     FramingErrorCode,
@@ -283,3 +287,81 @@ def test_sse_event_with_a_warning_needs_two_records():
     dec = StreamDecoder(Protocol.SSE, records=1)
     got = dec.feed(b"event: \xff\ndata: abc\n\ndata: ok\n\n")
     assert got == [FramingError(FramingErrorCode.OUTPUT_TOO_LARGE, 3), SSEEvent("", b"ok", None)]
+
+
+# ---------------------------------------------------------------------------
+# the one-delta read, and what a text delta costs in Python objects
+# ---------------------------------------------------------------------------
+
+def _line(message: dict) -> bytes:
+    return json.dumps({"model": "m", "message": message, "done": False}).encode() + b"\n"
+
+
+@pytest.mark.parametrize("protocol, events", [
+    (Protocol.OPENAI_CHAT, [_chunk({"content": "héllo 🙂"}), _chunk({"reasoning_content": "r"}),
+                            _chunk({"refusal": "no"}), _chunk({"content": "x"}, index=3),
+                            _chunk({"tool_calls": [{"index": 2, "function": {"arguments": "{\"a"}}]}),
+                            _chunk({"tool_calls": [{"function": {"arguments": "1}"}}]})]),
+    (Protocol.OLLAMA, [_line({"content": "héllo 🙂"}), _line({"thinking": "t"})]),
+    (Protocol.OPENAI_RESPONSES, [
+        b"data: " + json.dumps({"type": "response.output_text.delta", "output_index": 1,
+                                "content_index": 2, "item_id": "msg_1",
+                                "delta": "hi"}).encode() + b"\n\n"]),
+])
+def test_a_read_of_one_delta_decodes_as_within_a_longer_read(protocol, events):
+    # One delta in a read takes feed()'s short way; the same delta after
+    # another event in one read is read from its record's spans.
+    first = StreamDecoder(protocol)
+    first.feed(events[0])  # Meta and the like come with the first event
+    for event in events:
+        alone = first.feed(event)
+        other = StreamDecoder(protocol)
+        other.feed(events[0])
+        merged = other.feed(_chunk({"content": "-"}, index=9) + event
+                            if protocol is not Protocol.OLLAMA
+                            else _line({"thinking": "-"} if b'"content"' in event
+                                       else {"content": "-"}) + event)
+        assert len(alone) == 1
+        assert merged[-1] == alone[0], event
+
+
+def _retained_blocks(decoder, reads: list[bytes]) -> int:
+    """Blocks allocated while the reads were decoded that are still alive,
+    with every event the decoder returned kept."""
+    kept: list = []
+    keep = kept.extend
+    decoder.feed(reads[0])  # the first read's Meta, and warm caches
+    tracemalloc.start()
+    try:
+        for r in reads[1:]:
+            keep(decoder.feed(r))
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    assert len(kept) == len(reads) - 1
+    snapshot = snapshot.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    return sum(s.count for s in snapshot.statistics("filename"))
+
+
+def _output_text(delta: dict) -> bytes:
+    return b"data: " + json.dumps({"type": "response.output_text.delta", "output_index": 0,
+                                   "content_index": 0, "item_id": "msg_1",
+                                   "delta": delta["content"]}).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("make, frame", [
+    (lambda: StreamDecoder(Protocol.OPENAI_CHAT), _chunk), (OpenAIChatDecoder, _chunk),
+    (lambda: StreamDecoder(Protocol.OLLAMA), _line), (OllamaDecoder, _line),
+    # the item id every delta names is one str, not one per delta
+    (lambda: StreamDecoder(Protocol.OPENAI_RESPONSES), _output_text)])
+def test_a_text_delta_costs_at_most_two_python_objects(make, frame):
+    # Its event and its string, both kept by the caller: feed() leaves
+    # nothing else behind per read (the caller's list grows in place).
+    n = 400
+    reads = [frame({"content": f"word{i} "}) for i in range(n + 1)]  # no str shared
+    gc.disable()
+    try:
+        blocks = _retained_blocks(make(), reads)
+    finally:
+        gc.enable()
+    assert blocks <= 2 * n + 8, f"{blocks / n:.2f} blocks per text delta"

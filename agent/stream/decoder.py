@@ -54,6 +54,9 @@ _HEADER = struct.Struct(f"={_HDR}q")  # events, text bytes, bytes used, full
 _RECORD = struct.Struct(f"={_W}q")
 _HDR_BYTES = _HEADER.size
 _REC_BYTES = _RECORD.size
+# The header and the first record in one tuple: a read of a stream that keeps
+# up with the model is one event, most often one text record.
+_HEADER_AND_RECORD = struct.Struct(f"={_HDR + _W}q")
 # Record words by their header names (ha_rec_word), bound once: the hot loop
 # indexes tuples with module ints, no attribute lookup per record.
 _KIND, _INDEX, _SUB, _CODE = (lib.HA_WORD_KIND, lib.HA_WORD_INDEX, lib.HA_WORD_SUB,
@@ -67,9 +70,17 @@ _USAGE_WORDS = (lib.HA_USAGE_INPUT, lib.HA_USAGE_OUTPUT, lib.HA_USAGE_TOTAL,
 _TIMING_WORDS = (lib.HA_TIMING_TOTAL, lib.HA_TIMING_LOAD, lib.HA_TIMING_PROMPT_EVAL,
                  lib.HA_TIMING_EVAL)
 _TEXT = lib.HA_REC_TEXT
+# that record's words in _HEADER_AND_RECORD's tuple
+_ONE_KIND, _ONE_INDEX, _ONE_SUB = _HDR + _KIND, _HDR + _INDEX, _HDR + _SUB
+_ONE_S1, _ONE_S1_END, _ONE_S2, _ONE_S2_END = (_HDR + _S1, _HDR + _S1_END, _HDR + _S2,
+                                              _HDR + _S2_END)
+_HDR_TEXT, _HDR_FULL = lib.HA_HDR_TEXT, lib.HA_HDR_FULL
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
 _SSE_EVENT = lib.HA_REC_SSE_EVENT
+# The deltas built alike, (index, text, sub or None, item id or None)
+_PLAIN_DELTAS = {_TEXT: TextDelta, _REASONING: ReasoningDelta,
+                 lib.HA_REC_REFUSAL: RefusalDelta}
 _END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
@@ -94,7 +105,7 @@ class StreamDecoder:
     """
 
     __slots__ = ("protocol", "_st", "_areas", "_recs", "_recs_view", "_text", "_raw",
-                 "_feed", "_closed")
+                 "_feed", "_closed", "_item_id")
 
     def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
                  buffer_size: int = DEFAULT_BUFFER_SIZE,
@@ -120,6 +131,7 @@ class StreamDecoder:
         self._raw = memoryview(ffi.buffer(raw))
         self._feed = lib.ha_stream_feed
         self._closed = False
+        self._item_id: str | None = None  # of the last one-delta read
 
     @property
     def retry(self) -> int | None:
@@ -133,8 +145,30 @@ class StreamDecoder:
             raise StreamClosedError("feed() after close()")
         if type(data) is not bytes:
             data = bytes(data)
-        out: list = []
         n = self._feed(self._st, data, len(data))
+        if n == 1:
+            # The usual read of a stream that keeps up: one delta, whose
+            # strings are then all the call's text. One unpack, one decode,
+            # one object; no record loop.
+            w = _HEADER_AND_RECORD.unpack_from(self._recs)
+            kind = w[_ONE_KIND]
+            delta = _PLAIN_DELTAS.get(kind)
+            if (delta is not None or kind == _TOOL_ARGS) and not w[_HDR_FULL]:
+                text = self._text[0:w[_HDR_TEXT]].decode("utf-8")
+                s2, sub = w[_ONE_S2], w[_ONE_SUB]
+                item_id = None
+                if s2 >= 0:  # Responses: the item id, then the piece
+                    item_id = text[s2:w[_ONE_S2_END]]
+                    if item_id == self._item_id:
+                        item_id = self._item_id  # one str for all of an item's deltas
+                    else:
+                        self._item_id = item_id
+                    text = text[w[_ONE_S1]:w[_ONE_S1_END]]
+                if delta is None:
+                    return [ToolArgsDelta(w[_ONE_INDEX], None if sub < 0 else sub, text,
+                                          item_id)]
+                return [delta(w[_ONE_INDEX], text, None if sub < 0 else sub, item_id)]
+        out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
             if n:
