@@ -251,6 +251,10 @@ class SerialDevice(Device):
                     return
                 call.ok, call.text = isinstance(message, wire.Ok), text
                 call.done.set()
+            case wire.Announce(text):
+                await prompt.announce(text)
+            case wire.Stop():
+                await prompt.stop()
             case wire.DeviceEvent(text):
                 self._counts["events_in"] += 1
                 log.info("device %s: event: %s", self.name, text)
