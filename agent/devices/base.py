@@ -7,6 +7,11 @@ run() raises, and reaches its tools through call_tool(). Handlers never see
 each other, and a handler never blocks the stream: while it is down, its
 events are dropped and counted.
 
+Speech devices (`speaks`: wyoming-tts, command) are what `announce`
+speaks on and `stop` silences: the hub gives them an announcement as the
+events of an answer (request {"announce": N}), and calls silence() when a
+stop concerns what they say.
+
 Events are the replies of asks as the socket API sends them
 (agent/api/replies.py: started, delta, reasoning, tool_call, tool_result,
 done, error), plus `sentence`: the answer's text cut by the segmenter
@@ -18,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Mapping, Protocol
 
 import trio
 
@@ -85,6 +90,19 @@ def refuse_unknown(settings: Mapping[str, Any], known) -> None:
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
 
 
+class Requests(Protocol):
+    """What a device may ask of the daemon, the `prompt` its run() is given:
+    `await prompt(text)` an ask; announce() speaks a text on every speech
+    device; stop() stops every ask and silences every speech device (a
+    board's barge-in)."""
+
+    async def __call__(self, text: str) -> None: ...
+
+    async def announce(self, text: str) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Common:
     """Settings every device has (see the README's device section)."""
@@ -105,6 +123,7 @@ class Device:
 
     kind: ClassVar[str]
     DEFAULT_EVENTS: ClassVar[frozenset[str]]
+    speaks: ClassVar[bool] = False  # a speech device: announce and stop concern it
 
     def __init__(self, common: Common) -> None:
         self.common = common
@@ -127,6 +146,12 @@ class Device:
         """Run one of this device's tools (arguments already valid against
         its schema); the hub applies the timeout. Raise ToolError on failure."""
         raise ToolError(f"device {self.name} has no tool {name!r}")
+
+    def silence(self, requests: frozenset | None) -> bool:
+        """A speech device stops at once what it says for these requests (the
+        hub's request keys; None: whatever it says): playback, synthesis, a
+        speech program. Never waits; True when it was saying something."""
+        return False
 
     def status(self) -> dict[str, Any]:
         """Extra fields for the status reply (port, connected, ...)."""
@@ -153,8 +178,13 @@ class Inbox:
         return len(self._events)
 
     def clear(self) -> None:
-        self.dropped += len(self._events)
-        self._events.clear()
+        self.discard(lambda event: True)
+
+    def discard(self, unwanted: Callable[[Event], bool]) -> None:
+        """Drop the queued events unwanted() says, counted as dropped."""
+        kept = deque(event for event in self._events if not unwanted(event))
+        self.dropped += len(self._events) - len(kept)
+        self._events = kept
         self.stalled = False
         self._writable.unpark_all()
 
