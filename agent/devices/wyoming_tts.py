@@ -131,8 +131,8 @@ class WyomingSpeech(Device):
         self.stops = 0                           # silence() calls that cut speech off
         self.audio_after_stop = 0                # PCM the sink took after the last of them
         # This connection's state, for silence(): the requests whose text it
-        # carried since it was last quiet, the requests the server has still
-        # to answer, the player, the audio buffer.
+        # carries (from their first event to their done or error), the
+        # requests the server has still to answer, the player, the audio buffer.
         self._connection = trio.CancelScope()
         self._carried: set[tuple] = set()
         self._awaiting = 0
@@ -286,7 +286,6 @@ class WyomingSpeech(Device):
                     await audio.end()
                 if event.type == ("synthesize-stopped" if self._streams else "audio-stop"):
                     self._awaiting = max(0, self._awaiting - 1)
-                    self._forget_if_quiet()
                 elif event.type == "error":
                     log.warning("device %s: the TTS server reported: %s", self.name,
                                 event.data.get("text", event.data))
@@ -296,7 +295,6 @@ class WyomingSpeech(Device):
             async for item in audio.receive:
                 if item is None:
                     await self._close_player()
-                    self._forget_if_quiet()
                     continue
                 fmt, pcm, seconds = item
                 if self._player is not None and self._player.format != fmt:
@@ -324,12 +322,9 @@ class WyomingSpeech(Device):
         queued = self._audio is not None and self._audio.receive.statistics().current_buffer_used
         return not (self._awaiting or self._player is not None or queued)
 
-    def _forget_if_quiet(self) -> None:
-        if self._quiet():
-            self._carried.clear()
-
     def silence(self, requests: frozenset | None) -> bool:
-        if self._quiet() or (requests is not None and not requests & self._carried):
+        saying = self._carried if requests is None else requests & self._carried
+        if not saying and (requests is not None or self._quiet()):
             return False
         if self._player is not None:
             self._player.kill()  # now: not at the end of what it has buffered
@@ -357,18 +352,23 @@ class WyomingSpeech(Device):
 
 
 class _Noting:
-    """A device's inbox as _send_text reads it, noting each request whose
-    text the connection carries."""
+    """A device's inbox as _send_text reads it, noting the requests whose
+    text the connection carries: from their first event until their done or
+    error has been handled."""
 
     def __init__(self, inbox: Inbox, carried: set) -> None:
         self._inbox, self._carried = inbox, carried
+        self._ended: tuple | None = None
 
     def __aiter__(self):
         return self
 
     async def __anext__(self) -> Event:
+        self._carried.discard(self._ended)
         event = await self._inbox.get()
-        self._carried.add(request_key(event.request))
+        key = request_key(event.request)
+        self._carried.add(key)
+        self._ended = key if event.type in ("done", "error") else None
         return event
 
 
