@@ -34,7 +34,7 @@ class FakeRunner:
         self.cancelled: list[str] = []
         self.forgotten: list[str] = []
 
-    async def ask(self, prompt, session, provider, emit) -> None:
+    async def ask(self, prompt, session, provider, emit, stop=None) -> None:
         session = session or "s-fake"
         await emit(replies.Started(session, provider or "fake", "m"))
         word, _, count = prompt.partition(" ")
