@@ -31,12 +31,16 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 
 import wyoming_tts_server as tts
+from agent.devices.base import Event
+from agent.devices.hub import request_key
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
-from helpers import of_type
+from helpers import of_type, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
+from test_wyoming_tts import expected_pcm, running, started, tts_server  # noqa: F401 (a fixture)
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -323,3 +327,45 @@ def test_homeagent_say_and_stop(setup):
     assert unknown.returncode == 1 and "(unknown_device)" in unknown.stderr
     nothing = cli(setup, "stop", "--session", "nobody")
     assert nothing.returncode == 1 and "(nothing_to_stop)" in nothing.stderr
+
+
+# ---------------------------------------------------------------- the device alone
+
+OLD = {"client": 1, "id": "old", "session": "s"}
+NEW = {"client": 1, "id": "new", "session": "s"}
+MANY = [f"Old sentence number {n} is still coming." for n in range(1, 41)]
+FRESH = ["A new answer.", "Nothing of the old one."]
+
+
+@pytest.mark.parametrize("server_streams", [False, True])
+@pytest.mark.trio
+async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server, tmp_path,
+                                                                      server_streams):
+    """What the server still sends for a silenced answer is never played: after
+    the old answer's first audio, silence(); the sink then has a prefix of the
+    old answer's audio and, after it, exactly the next answer's."""
+    speech, log, sink = await started(tts_server, tmp_path, server_streams)
+    async with running(speech) as inbox:
+        old = " ".join(MANY)
+        if server_streams:  # an answer still streaming: its synthesize-stop never sent
+            for start in range(0, len(old), 9):
+                await inbox.put(Event("delta", {"text": old[start:start + 9]}, OLD))
+        else:
+            for sentence in MANY:
+                await inbox.put(Event("sentence", {"text": sentence}, OLD))
+        await until(lambda: speech.audio_bytes > 0, 30)
+        assert not speech.silence(frozenset({request_key(NEW)}))  # not saying that one
+        assert speech.silence(frozenset({request_key(OLD)}))
+        assert speech.stops == 1
+        for sentence in FRESH:
+            await inbox.put(Event("sentence", {"text": sentence}, NEW))
+        await inbox.put(Event("delta", {"text": " ".join(FRESH)}, NEW))
+        await inbox.put(Event("done", {"text": " ".join(FRESH)}, NEW))
+        fresh = expected_pcm(FRESH)
+        await until(lambda: sink.exists() and sink.read_bytes().endswith(fresh), 30)
+        await trio.sleep(timeout(0.5))  # what the old connection could still have brought
+    heard = sink.read_bytes()
+    assert heard.endswith(fresh)
+    before = heard[:-len(fresh)]
+    assert expected_pcm(MANY).startswith(before) and len(before) < len(expected_pcm(MANY))
+    assert speech.audio_after_stop <= CHUNK_BYTES
