@@ -6,10 +6,13 @@ the "file" sink, a command device whose program sleeps for the number it is
 given, and a serial board on a real pty (tests/test_serial_daemon.py).
 
 What is real: the daemon, the mock model streaming over HTTP, the TTS
-server and espeak-ng, the audio written to the sink file, the pty. What is
-not: a sound card; the file sink takes audio as fast as the server makes
-it, so that "no audio after the stop" is checked by the sink's bytes and
-by the device's own count of PCM written after the stop.
+server and espeak-ng, the audio written to the sink file, the pty, and in
+the aplay test aplay itself. What is not: a sound card. The file sink takes
+audio as fast as the server makes it, so there "no audio after the stop" is
+checked by the sink's bytes and by the device's own count of PCM written
+after the stop; for aplay, ALSA's file plugin writes into a FIFO that the
+test reads at the audio's own rate (PacedCard), so aplay is held back as by
+a card, and what reaches the card after the stop is counted.
 
 Stop latency: the `stopped` reply carries `seconds`, measured inside the
 daemon from the stop op to the stopped streams closed and the devices
@@ -22,11 +25,13 @@ stop (a descheduled process, a slow fsync), not to each of several in a row.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,13 +39,15 @@ import pytest
 import trio
 
 import wyoming_tts_server as tts
-from agent.devices.base import Event
+from agent.devices.base import Common, Event
 from agent.devices.hub import request_key
+from agent.devices.wyoming_tts import WyomingSpeech
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
 from helpers import of_type, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
-from test_wyoming_tts import expected_pcm, running, started, tts_server  # noqa: F401 (a fixture)
+from test_wyoming_tts import (expected_pcm, listening, running, started,  # noqa: F401
+                              tts_server)
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -369,3 +376,70 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
     before = heard[:-len(fresh)]
     assert expected_pcm(MANY).startswith(before) and len(before) < len(expected_pcm(MANY))
     assert speech.audio_after_stop <= CHUNK_BYTES
+
+
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 names only from 3.10 on Linux
+CARD_BUFFER = 4096   # bytes the FIFO holds: about 93 ms of espeak-ng's 22050 Hz 16-bit mono
+CARD_RATE = 44100    # bytes a second the card takes: that audio's own rate
+
+
+class PacedCard(threading.Thread):
+    """The sound card behind aplay: ALSA's file plugin writes what aplay
+    plays into a FIFO, which this reads at the audio's own rate, so aplay is
+    held back as by a real card. reads: (monotonic time, bytes) of each read."""
+
+    def __init__(self, fifo: Path) -> None:
+        super().__init__(daemon=True)
+        os.mkfifo(fifo)
+        self.fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        fcntl.fcntl(self.fd, F_SETPIPE_SZ, CARD_BUFFER)
+        self.reads: list[tuple[float, int]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        tick = 0.01
+        while not self.done.wait(tick):
+            try:
+                data = os.read(self.fd, int(CARD_RATE * tick))
+            except BlockingIOError:
+                continue
+            if data:
+                self.reads.append((time.monotonic(), len(data)))
+
+    def after(self, moment: float) -> int:
+        return sum(n for at, n in list(self.reads) if at > moment)
+
+    def close(self) -> None:
+        self.done.set()
+        self.join(timeout(5))
+        os.close(self.fd)
+
+
+@pytest.mark.skipif(shutil.which("aplay") is None, reason="needs aplay (alsa-utils)")
+@pytest.mark.trio
+async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
+    """aplay, paced by a card that plays in real time, is killed by silence():
+    the card gets no byte more than its own buffer held at the stop, where
+    letting aplay finish would give it what aplay and its pipe still hold
+    (up to 64 KiB more)."""
+    address, _, sock = tts_server(streaming=False)
+    await until(lambda: listening(sock), 20)
+    card = PacedCard(tmp_path / "card.fifo")
+    card.start()
+    try:
+        speech = WyomingSpeech.from_settings(
+            Common("speaker", WyomingSpeech.DEFAULT_EVENTS),
+            {"address": address, "alsa_device": f"file:'{tmp_path / 'card.fifo'}',raw"})
+        async with running(speech) as inbox:
+            for sentence in MANY[:3]:
+                await inbox.put(Event("sentence", {"text": sentence}, OLD))
+            await until(lambda: card.after(0) > CARD_BUFFER, 30)  # playing, held back
+            stopped_at = time.monotonic()
+            assert speech.silence(frozenset({request_key(OLD)}))
+            await trio.sleep(timeout(1))  # a card that still got audio would have it by now
+        late = card.after(stopped_at)
+        print(f"\naplay stopped: {late} bytes reached the card after the stop "
+              f"({late / CARD_RATE * 1000:.0f} ms of audio, what its buffer held)")
+        assert late <= CARD_BUFFER
+    finally:
+        card.close()

@@ -402,11 +402,13 @@ class _AplaySink(_Sink):
 
     def __init__(self, fmt: AudioFormat, process: trio.Process) -> None:
         self.format, self._process = fmt, process
+        self._killed = False
 
     async def write(self, pcm: bytes) -> None:
         await self._process.stdin.send_all(pcm)
 
     def kill(self) -> None:
+        self._killed = True
         self._process.kill()
 
     async def aclose(self) -> None:
@@ -416,5 +418,5 @@ class _AplaySink(_Sink):
         if self._process.returncode is None:
             self._process.kill()
             await self._process.wait()
-        elif self._process.returncode != 0:
+        elif self._process.returncode != 0 and not self._killed:  # killed: by a stop
             log.warning("device: aplay exited with status %s", self._process.returncode)
