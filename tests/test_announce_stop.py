@@ -46,6 +46,7 @@ from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
 from helpers import of_type, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
+from test_tool_loop import FIRST, PROMPT, relay_daemon
 from test_wyoming_tts import (expected_pcm, listening, running, started,  # noqa: F401
                               tts_server)
 
@@ -314,6 +315,31 @@ def test_stop_kills_a_running_speech_program(setup):
     # killed, not left to sleep its 30 s
     wait_until(lambda: setup.devices()["sleeper"]["runs"] == runs + 1, "the program killed", 5)
     assert setup.devices()["sleeper"]["stops"] >= 1
+
+
+def test_a_stop_during_a_tool_call_keeps_no_call_without_its_result(tmp_path, mock):
+    """The model said FIRST and called set_relay, which takes 30 s: a stop
+    ends the tool's program and the ask; the history keeps the prompt and
+    FIRST, marked stopped, and not the call, whose result never came."""
+    daemon, log = relay_daemon(tmp_path, mock.url, sleep=30,
+                               providers={"chat": {"protocol": "openai-chat"}})
+    try:
+        with daemon.client() as asker, daemon.client() as other:
+            request = asker.send("ask", prompt=PROMPT, provider="chat", session="relay")
+            replies = asker.replies(request, "ask")
+            wait_until(log.exists, "the tool's program started")
+            stopped = other.call("stop", session="relay")
+            got = list(replies)
+        assert stopped["type"] == "stopped" and stopped["seconds"] < timeout(5)
+        done = got[-1]
+        assert (done["type"], done["finish_reason"], done["text"]) == ("done", "stopped", FIRST)
+        assert not of_type(got, "tool_result")  # the call was cut off, not answered
+        with daemon.client() as client:
+            turns = client.call("history", session="relay")["turns"]
+        assert turns == [{"role": "user", "text": PROMPT},
+                         {"role": "assistant", "text": FIRST, "finish_reason": "stopped"}]
+    finally:
+        assert daemon.stop() == 0
 
 
 # ---------------------------------------------------------------- the CLI
