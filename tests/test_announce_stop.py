@@ -39,8 +39,9 @@ import pytest
 import trio
 
 import wyoming_tts_server as tts
-from agent.devices.base import Common, Event
-from agent.devices.hub import request_key
+from agent.api import replies
+from agent.devices.base import Common, Device, Event
+from agent.devices.hub import AnnounceError, DeviceHub, DeviceSpec, request_key
 from agent.devices.wyoming_tts import WyomingSpeech
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
@@ -360,6 +361,84 @@ def test_homeagent_say_and_stop(setup):
     assert unknown.returncode == 1 and "(unknown_device)" in unknown.stderr
     nothing = cli(setup, "stop", "--session", "nobody")
     assert nothing.returncode == 1 and "(nothing_to_stop)" in nothing.stderr
+
+
+# ---------------------------------------------------------------- the hub
+
+class Listener(Device):
+    """A speech device that keeps its events, reading only once let."""
+    kind = "listener"
+    DEFAULT_EVENTS = frozenset({"sentence", "delta", "done", "error"})
+    speaks = True
+
+    def __init__(self, common: Common) -> None:
+        super().__init__(common)
+        self.events: list[Event] = []
+        self.silenced: list = []
+        self.reading = trio.Event()
+
+    @classmethod
+    def from_settings(cls, common, settings):
+        return cls(common)
+
+    async def run(self, inbox, prompt, task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        await self.reading.wait()
+        async for event in inbox:
+            self.events.append(event)
+
+    def silence(self, requests):
+        self.silenced.append(requests)
+        return True
+
+
+async def hub_with(nursery, **events) -> tuple[DeviceHub, dict[str, Listener]]:
+    hub = DeviceHub({name: DeviceSpec(Common(name, frozenset(wants)), Listener, {})
+                     for name, wants in events.items()}, max_announce_chars=40)
+    await nursery.start(hub.run, None, None)
+    await until(lambda: all(device["state"] == "running" for device in hub.status()))
+    return hub, {name: hub._devices[name].device for name in events}
+
+
+@pytest.mark.trio
+async def test_an_announcement_is_an_answer_for_each_device():
+    async with trio.open_nursery() as nursery:
+        hub, devices = await hub_with(nursery, streams={"delta", "done"},
+                                      sentences={"sentence"})
+        assert sorted(await hub.announce("One. Two!")) == ["sentences", "streams"]
+        for device in devices.values():
+            device.reading.set()
+        await until(lambda: len(devices["streams"].events) == 2
+                    and len(devices["sentences"].events) == 2)
+        assert [(e.type, e.text, e.request) for e in devices["streams"].events] == [
+            ("delta", "One. Two!", {"announce": 1}), ("done", "One. Two!", {"announce": 1})]
+        assert [e.text for e in devices["sentences"].events] == ["One.", "Two!"]
+        with pytest.raises(AnnounceError, match="more than daemon.max_announce_chars"):
+            await hub.announce("x" * 41)
+        nursery.cancel_scope.cancel()
+
+
+R_STOPPED = {"client": 1, "id": "a", "session": "s"}
+R_OTHER = {"client": 2, "id": "a", "session": "t"}
+
+
+@pytest.mark.trio
+async def test_silence_drops_the_stopped_asks_text_until_its_end():
+    async with trio.open_nursery() as nursery:
+        hub, devices = await hub_with(nursery, voice={"delta", "done"})
+        voice = devices["voice"]
+        for request in (R_STOPPED, R_OTHER):
+            await hub.publish(replies.Delta("queued "), request)
+        assert hub.silence([R_STOPPED], everything=False) == ["voice"]
+        assert voice.silenced == [frozenset({request_key(R_STOPPED)})]
+        await hub.publish(replies.Delta("late "), R_STOPPED)  # after the stop: dropped
+        await hub.publish(replies.Done("s", "stopped", None, None, "queued ", 1, 1), R_STOPPED)
+        await hub.publish(replies.Delta("next "), R_STOPPED)  # a new ask with the same key
+        voice.reading.set()
+        await until(lambda: len(voice.events) == 2)
+        assert [(e.request["client"], e.text) for e in voice.events] == [
+            (2, "queued "), (1, "next ")]
+        nursery.cancel_scope.cancel()
 
 
 # ---------------------------------------------------------------- the device alone
