@@ -135,10 +135,10 @@ class Device:
         raise SettingError naming a bad key."""
         raise NotImplementedError
 
-    async def run(self, inbox: "Inbox", prompt: Prompt,
+    async def run(self, inbox: "Inbox", prompt: "Requests",
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the device, call task_status.started(), then handle events
-        until cancelled. Raise (any exception) when the device fails or is
+        until cancelled; prompt is what it may ask of the daemon. Raise (any exception) when the device fails or is
         lost: the hub reports it and runs this again after a backoff."""
         raise NotImplementedError
 
