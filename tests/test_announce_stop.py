@@ -548,8 +548,10 @@ async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
             assert speech.silence(frozenset({request_key(OLD)}))
             await trio.sleep(timeout(1))  # a card that still got audio would have it by now
         late = card.after(stopped_at)
+        last = max(at for at, _ in card.reads) - stopped_at
         print(f"\naplay stopped: {late} bytes reached the card after the stop "
-              f"({late / CARD_RATE * 1000:.0f} ms of audio, what its buffer held)")
+              f"({late / CARD_RATE * 1000:.0f} ms of audio, what its buffer held), the last "
+              f"{last * 1000:.0f} ms after it")
         assert late <= CARD_BUFFER
     finally:
         card.close()
