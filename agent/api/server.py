@@ -612,30 +612,36 @@ class ApiServer:
 
     async def _stop(self, conn: _Connection, request: Request) -> None:
         args = request.args
-        stopped = await self.bus.stop(f"client {conn.number}", args.get("session"),
-                                      conn.number if args.get("mine") else None)
-        if stopped is None:
+        try:
+            reply = await self.bus.stop(f"client {conn.number}", args.get("session"),
+                                        conn.number if args.get("mine") else None)
+        except Exception:
+            log.exception("client %d: stop id=%r failed inside the daemon", conn.number,
+                          request.id)
+            reply = replies.internal_error("request")
+        if reply is None:
             whose = " ".join(filter(None, ["of this connection" if args.get("mine") else "",
                                            f"on session {args['session']!r}"
                                            if "session" in args else ""]))
-            conn.send(encode(replies.Error(
-                ErrorCode.NOTHING_TO_STOP, f"no ask {whose} is running" if whose
-                else "no ask is running and no speech device is speaking"), request.id))
-            return
-        conn.send(encode(stopped, request.id))
+            reply = replies.Error(ErrorCode.NOTHING_TO_STOP, f"no ask {whose} is running"
+                                  if whose else "no ask is running and no speech device "
+                                  "is speaking")
+        conn.send(encode(reply, request.id))
 
     async def _announce(self, conn: _Connection, request: Request) -> None:
-        if not self.bus.devices:
-            conn.send(encode(replies.Error(ErrorCode.NO_SPEECH_DEVICE, "no device is "
-                                           "configured"), request.id))
-            return
         try:
-            devices = await self.bus.devices.announce(request.args["text"],
-                                                      request.args.get("device"))
+            if self.bus.devices is None:
+                raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
+            spoken_on = await self.bus.devices.announce(request.args["text"],
+                                                        request.args.get("device"))
+            reply = replies.Announced(tuple(spoken_on))
         except AnnounceError as refusal:
-            conn.send(encode(replies.Error(refusal.code, str(refusal)), request.id))
-            return
-        conn.send(encode(replies.Announced(tuple(devices)), request.id))
+            reply = replies.Error(refusal.code, str(refusal))
+        except Exception:
+            log.exception("client %d: announce id=%r failed inside the daemon", conn.number,
+                          request.id)
+            reply = replies.internal_error("request")
+        conn.send(encode(reply, request.id))
 
     def _subscribe(self, conn: _Connection, subscription: Subscription | None) -> None:
         """Start, replace (a second subscribe) or end (None) the connection's subscription."""
