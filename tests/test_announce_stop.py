@@ -315,9 +315,11 @@ def test_stop_kills_a_running_speech_program(setup):
     runs = setup.devices()["sleeper"]["runs"]
     with setup.daemon.client() as client:
         assert client.call("announce", text="30", device="sleeper")["type"] == "announced"
-        wait_until(setup.marker.exists, "the speech program started")
-        reply = client.call("stop")
-    assert reply["type"] == "stopped" and "sleeper" in reply["devices"], reply
+    wait_until(setup.marker.exists, "the speech program started")
+    stopped = cli(setup, "stop")  # every ask and every speech device, from a shell
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 0 asks, silenced "), \
+        stopped
+    assert "sleeper" in stopped.stdout
     # killed, not left to sleep its 30 s
     wait_until(lambda: setup.devices()["sleeper"]["runs"] == runs + 1, "the program killed", 5)
     assert setup.devices()["sleeper"]["stops"] >= 1
@@ -472,6 +474,7 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
                 await inbox.put(Event("sentence", {"text": sentence}, OLD))
         await until(lambda: speech.audio_bytes > 0, 30)
         assert not speech.silence(frozenset({request_key(NEW)}))  # not saying that one
+        inbox.discard(lambda event: event.request == OLD)  # what the hub does at a stop
         assert speech.silence(frozenset({request_key(OLD)}))
         assert speech.stops == 1
         for sentence in FRESH:
@@ -545,6 +548,7 @@ async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
                 await inbox.put(Event("sentence", {"text": sentence}, OLD))
             await until(lambda: card.after(0) > CARD_BUFFER, 30)  # playing, held back
             stopped_at = time.monotonic()
+            inbox.discard(lambda event: event.request == OLD)  # what the hub does at a stop
             assert speech.silence(frozenset({request_key(OLD)}))
             await trio.sleep(timeout(1))  # a card that still got audio would have it by now
         late = card.after(stopped_at)
