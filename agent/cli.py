@@ -144,6 +144,42 @@ def _forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_reply(args: argparse.Namespace, op: str, **fields) -> dict | None:
+    """The reply to a one-reply request; None after printing its error."""
+    with _connect(args) as client:
+        reply = client.call(op, **fields)
+    if args.json:
+        print(json.dumps(reply, ensure_ascii=False))
+    if reply["type"] == "error":
+        print(f"homeagent: {reply['message']} ({reply['code']})", file=sys.stderr)
+        return None
+    return reply
+
+
+@_client_command
+def _say(args: argparse.Namespace) -> int:
+    fields = {"text": args.text, **({"device": args.device} if args.device else {})}
+    reply = _one_reply(args, "announce", **fields)
+    if reply is None:
+        return 1
+    if not args.json:
+        print(f"announced on {', '.join(reply['devices'])}")
+    return 0
+
+
+@_client_command
+def _stop(args: argparse.Namespace) -> int:
+    reply = _one_reply(args, "stop", **({"session": args.session} if args.session else {}))
+    if reply is None:
+        return 1
+    if not args.json:
+        asks = len(reply["asks"])
+        print(f"stopped {asks} ask{'s' * (asks != 1)}"
+              + (f", silenced {', '.join(reply['devices'])}" if reply["devices"] else "")
+              + f" in {reply['seconds'] * 1000:.0f} ms")
+    return 0
+
+
 @_client_command
 def _reload(args: argparse.Namespace) -> int:
     from agent.service import reload
@@ -202,6 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     forget = sub.add_parser("forget", parents=[client], help="delete a session's history")
     forget.add_argument("session")
     forget.set_defaults(func=_forget)
+
+    say = sub.add_parser("say", parents=[client], help="speak a text on the speech devices, "
+                         "without asking the model")
+    say.add_argument("text")
+    say.add_argument("--device", help="this speech device only (default: every one running)")
+    say.set_defaults(func=_say)
+
+    stop = sub.add_parser("stop", parents=[client], help="stop what is being answered and "
+                          "said (barge-in); the answers so far stay in their histories")
+    stop.add_argument("--session", help="only the asks of this session (default: every ask, "
+                      "and whatever the speech devices say)")
+    stop.set_defaults(func=_stop)
 
     from agent.service.reload import DEFAULT_TIMEOUT
 

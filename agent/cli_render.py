@@ -121,6 +121,8 @@ def done_notes(reply: dict[str, Any]) -> list[str]:
         notes.append("part of the answer was lost: " + ", ".join(
             f"{count} {'event was' if count == 1 else 'events were'} "
             f"{_DROP_REASONS.get(code, f'dropped ({code})')}" for code, count in dropped.items()))
+    if reply.get("finish_reason") == "stopped" and reply.get("kept") is not False:
+        notes.append("stopped: the answer was cut off here, and is kept as far as it came")
     if reply.get("kept") is False:
         error = reply.get("error") or {}  # its message says it was not kept, and why
         notes.append(f"{error.get('code')}: {error.get('message')}")

@@ -226,6 +226,11 @@ OPERATION_FIELDS: dict[str, dict[str, Field]] = {
     "sessions": {},
     "history": {"session": Field(True, "s-1", None, _STRING, _TEXT)},
     "forget": {"session": Field(True, "s-1", 2.5, _STRING, _TEXT)},
+    "announce": {"text": Field(True, "Dinner is ready.", 3, _STRING,
+                               _TEXT.filter(lambda s: s.strip())),
+                 "device": Field(False, "voice", ["voice"], _STRING, _TEXT)},
+    "stop": {"session": Field(False, "kitchen", 1, _STRING, _TEXT),
+             "mine": Field(False, True, "yes", _BOOL, st.booleans())},
 }
 ALL_FIELDS = sorted({name for fields in OPERATION_FIELDS.values() for name in fields})
 
@@ -284,7 +289,7 @@ def test_each_field_another_operation_has_is_unknown(op, name):
 
 
 @pytest.mark.parametrize(("op", "name"), [("ask", "stream"), ("ask", "reasoning"),
-                                          ("subscribe", "reasoning")])
+                                          ("subscribe", "reasoning"), ("stop", "mine")])
 @pytest.mark.parametrize("number", [0, 1])
 def test_a_boolean_field_takes_no_number(op, name, number):
     args = {n: f.valid for n, f in OPERATION_FIELDS[op].items() if f.required}
@@ -296,6 +301,12 @@ def test_a_boolean_field_takes_no_number(op, name, number):
 def test_an_empty_prompt(prompt):
     assert parsed({"id": 7, "op": "ask", "prompt": prompt}) == RequestError(
         "bad_field", "ask: prompt is empty", 7)
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\t ", "\u3000"])
+def test_an_empty_announcement(text):
+    assert parsed({"id": 7, "op": "announce", "text": text}) == RequestError(
+        "bad_field", "announce: text is empty", 7)
 
 
 @pytest.mark.parametrize("target", [0, INT64_MIN, INT64_MAX, "a", "t" * MAX_ID_LENGTH])
@@ -357,7 +368,7 @@ def test_the_id_is_checked_before_the_op():
     assert parsed({"id": 1.5}) == BAD_ID
 
 
-KNOWN = "ask, cancel, status, subscribe, sessions, history, forget"
+KNOWN = "ask, cancel, status, subscribe, sessions, history, forget, announce, stop"
 
 
 @pytest.mark.parametrize(("op", "shown"), [

@@ -19,6 +19,7 @@ import trio.testing
 
 from agent.api import replies
 from agent.api.server import ACCEPT_RETRY, Access, ApiServer, Limits, Peer
+from agent.session.runner import Stop
 from agent.api.statistics import Counters
 from conftest import timeout
 
@@ -28,19 +29,23 @@ STRANGER = Peer(pid=4343, uid=2000, gid=2000)
 
 class FakeRunner:
     """An ask's prompt is its script: "hello" answers at once, "hang" waits
-    to be cancelled, "flood N" streams N deltas."""
+    to be cancelled (or stopped: then done, "stopped"), "flood N" streams N
+    deltas."""
 
     def __init__(self) -> None:
         self.cancelled: list[str] = []
         self.forgotten: list[str] = []
 
-    async def ask(self, prompt, session, provider, emit) -> None:
+    async def ask(self, prompt, session, provider, emit, stop=None) -> None:
         session = session or "s-fake"
         await emit(replies.Started(session, provider or "fake", "m"))
         word, _, count = prompt.partition(" ")
         try:
             if word == "hang":
-                await trio.sleep_forever()
+                with (stop or Stop()).cuts():
+                    await trio.sleep_forever()
+                await emit(replies.Done(session, "stopped", None, None, "", 1, 1))
+                return
             deltas = ["Hi."] if word == "hello" else [f"{n} " for n in range(int(count))]
             for delta in deltas:
                 await emit(replies.Delta(delta))
@@ -227,6 +232,34 @@ async def test_duplicate_ids_and_cancel(autojump_clock):
         assert [r["type"] for r in await client.until("done")] == ["started", "delta", "done"]
     assert server.statistics().counters == Counters(connections=1, requests=12, asks=2,
                                                     answered=1, cancelled=1)
+
+
+@pytest.mark.trio
+async def test_stop_reaches_the_asks_it_chooses(autojump_clock):
+    server, runner = new_server()
+    async with connected(server) as asker, connected(server) as other:
+        for request_id, session in ((1, "kitchen"), (2, "hall")):
+            await asker.send(id=request_id, op="ask", prompt="hang", session=session)
+            assert (await asker.line())["type"] == "started"
+        await other.send(id=1, op="stop", mine=True)
+        assert await other.line() == {"id": 1, "type": "error", "code": "nothing_to_stop",
+                                      "message": "no ask of this connection is running"}
+        await other.send(id=2, op="stop", session="kitchen")
+        stopped = await other.line()
+        assert (stopped["type"], stopped["asks"], stopped["devices"]) == (
+            "stopped", [{"client": 1, "id": 1, "session": "kitchen"}], [])
+        done = await asker.line()
+        assert (done["id"], done["type"], done["finish_reason"]) == (1, "done", "stopped")
+        await other.send(id=3, op="stop")  # every ask: the other one
+        assert [a["session"] for a in (await other.line())["asks"]] == ["hall"]
+        assert (await asker.line())["finish_reason"] == "stopped"
+        await other.send(id=4, op="stop")
+        assert (await other.line())["code"] == "nothing_to_stop"
+        await other.send(id=5, op="announce", text="Dinner is ready.")
+        assert await other.line() == {"id": 5, "type": "error", "code": "no_speech_device",
+                                      "message": "this daemon has no devices"}
+    assert runner.cancelled == []  # stopped, not cancelled
+    assert server.statistics().counters.answered == 2
 
 
 @pytest.mark.trio

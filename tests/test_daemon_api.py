@@ -134,11 +134,12 @@ def test_hello_on_connect(shared):
     raw.close()
     assert hello == {"type": "hello", "protocol": PROTOCOL_VERSION, "server": hello["server"],
                      "operations": list(OPERATIONS),
-                     "capabilities": ["stream", "reasoning", "subscribe", "cancel"],
+                     "capabilities": ["stream", "reasoning", "subscribe", "cancel", "announce",
+                                      "stop"],
                      "max_line_bytes": 65536}
     assert hello["protocol"] == 1
     assert set(OPERATIONS) == {"ask", "cancel", "status", "subscribe", "sessions", "history",
-                               "forget"}
+                               "forget", "announce", "stop"}
     assert hello["server"].startswith("homeagent ")
 
 

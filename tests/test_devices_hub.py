@@ -635,7 +635,7 @@ async def test_status_fields(relay_hub, boards):
     relay, down = statuses["relay"], statuses["down"]
     assert set(relay) == {"name", "kind", "state", "seconds_in_state", "restarts", "last_error",
                           "queued", "dropped", "coalesced", "tools", "program", "per", "runs",
-                          "failures", "timeouts", "refused", "last_run"}
+                          "failures", "timeouts", "refused", "stops", "last_run"}
     assert (relay["name"], relay["kind"], relay["state"], relay["restarts"],
             relay["last_error"]) == ("relay", "command", "running", 0, None)
     assert (relay["queued"], relay["dropped"], relay["coalesced"]) == (0, 0, 0)

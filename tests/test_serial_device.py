@@ -166,6 +166,39 @@ async def test_read_ignore(board):
     assert device.status()["bad_lines"] == 0
 
 
+class Asked:
+    """A device's requests to the daemon, recorded in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def __call__(self, text: str) -> None:
+        self.calls.append(("prompt", text))
+
+    async def announce(self, text: str) -> None:
+        self.calls.append(("announce", text))
+
+    async def stop(self) -> None:
+        self.calls.append(("stop",))
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("read", ["prompts", "ignore"])
+async def test_announce_and_stop_lines(board, read):
+    device = make(board, read=read)
+    asked = Asked()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(device.run, Inbox(8, Overflow.BLOCK), asked)
+        assert (await board.line()).startswith("HELLO 1 homeagent ")
+        await board.send("ANNOUNCE Dinner is\\nready.\nSTOP\nSTOP now\nANNOUNCE \n"
+                         "PROMPT hi\nHELLO done\n")
+        await until(lambda: device.status()["hello"] == "done")
+        nursery.cancel_scope.cancel()
+    assert asked.calls == ([("announce", "Dinner is\nready."), ("stop",), ("prompt", "hi")]
+                           if read == "prompts" else [])
+    assert device.status()["bad_lines"] == 2  # the STOP with text, the empty ANNOUNCE
+
+
 # ---- tools ----
 
 async def answer(board: Board, keyword: str, text: str) -> str:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from agent.devices.serial_protocol import (
     PROTOCOL_VERSION,
     SHOWN_CHARS,
+    Announce,
     BadLine,
     Blank,
     Call,
@@ -29,6 +30,7 @@ from agent.devices.serial_protocol import (
     Reasoning,
     Receiver,
     Start,
+    Stop,
     Text,
     encode,
     escape,
@@ -120,6 +122,9 @@ LINES = [  # the daemon's, then the device's
     (DeviceEvent("button 1 pressed"), "EVENT button 1 pressed"),
     (DeviceHello("kitchen-panel fw 2.3"), "HELLO kitchen-panel fw 2.3"),
     (DeviceHello(f"{FAMILY}"), f"HELLO {FAMILY}"),
+    (Announce("Dinner is ready."), "ANNOUNCE Dinner is ready."),
+    (Announce("Door\nopen \x1b[2J"), "ANNOUNCE Door\\nopen \\x1b[2J"),
+    (Stop(), "STOP"),
 ]
 
 
@@ -188,6 +193,20 @@ def test_an_empty_prompt(line, shown):
     assert device_says(line) == BadLine(Problem.EMPTY_PROMPT, shown)
 
 
+@pytest.mark.parametrize("line,shown", [
+    ("ANNOUNCE", ""), ("ANNOUNCE ", ""), ("ANNOUNCE  \t", " \t"), ("ANNOUNCE \n", "\n"),
+])
+def test_an_empty_announce(line, shown):
+    assert device_says(line) == BadLine(Problem.EMPTY_ANNOUNCE, shown)
+
+
+def test_stop_takes_no_text():
+    assert device_says("STOP ") == Stop()  # trailing spaces are no text
+    assert device_says("STOP now") == BadLine(Problem.STOP_WITH_TEXT, "STOP now")
+    assert device_says("STOPS") == BadLine(Problem.UNKNOWN, "STOPS")
+    assert daemon_says("STOP") == BadLine(Problem.UNKNOWN, "STOP")  # no daemon line
+
+
 @pytest.mark.parametrize("line", [
     "prompt lower case", "PROMPTX hi", "TEXT a daemon line", "DONE stop", "CALL 1 X",
     "ERROR code message", "START s", "REASONING r", " PROMPT leading space", "\tOK 1",
@@ -239,7 +258,8 @@ DAEMON_MESSAGES = st.one_of(
     st.builds(Done, TEXT), st.builds(Error, TOKEN, TEXT), st.builds(Call, TOKEN, TEXT))
 DEVICE_MESSAGES = st.one_of(
     st.builds(Prompt, PROMPT_TEXT), st.builds(Ok, TOKEN, TEXT), st.builds(Fail, TOKEN, TEXT),
-    st.builds(DeviceEvent, TEXT), st.builds(DeviceHello, TEXT))
+    st.builds(DeviceEvent, TEXT), st.builds(DeviceHello, TEXT),
+    st.builds(Announce, PROMPT_TEXT), st.just(Stop()))
 
 
 @settings(max_examples=scaled(1000), derandomize=True)

@@ -6,19 +6,31 @@ hub (agent/devices/hub.py) is given ask_from_device() for a device's prompt
 and notify_subscribers() for a device's state. Subscribers are the
 connections that sent `subscribe`: each sees every reply under its own id,
 with the ask it came from.
+
+Every ask in flight, a client's or the daemon's own, is registered here
+with its Stop (agent/session/runner.py), so that `stop` (the socket op, a
+board's STOP) reaches all of them: stop() stops the chosen asks, silences
+the speech devices (DeviceHub.silence) and returns once the asks' model
+streams are closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
+
+import trio
 
 from agent.api import replies
 from agent.api.replies import ErrorCode, RequestId, address_prefix, encode, readdress
 from agent.api.statistics import Counters, Outcome
+from agent.session.runner import Stop
 
 log = logging.getLogger("homeagent.api")
+
+STOP_WAIT = 2.0  # seconds a stop waits for the stopped asks' streams to close
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -40,6 +52,7 @@ class Bus:
         self.counters = counters
         self._accepting_asks = True
         self._subscriptions: dict[Subscription, None] = {}  # in the order they came
+        self._asks: dict = {}  # Stop -> the origin of its ask (updated in place by its owner)
 
     def stop_asks(self) -> None:
         """The daemon is stopping: prompts from devices are ignored from now on."""
@@ -68,6 +81,45 @@ class Bus:
                 if line is None:
                     line = encode(reply, request=origin)
                 subscription.send(readdress(line, subscription.prefix))
+
+    @contextlib.contextmanager
+    def stoppable(self, origin: dict) -> Iterator:
+        """Register an ask while it runs: the Stop to give the runner."""
+        stop = Stop()
+        self._asks[stop] = origin
+        try:
+            yield stop
+        finally:
+            del self._asks[stop]
+
+    async def stop(self, who: str, session: str | None = None,
+                   client: int | None = None) -> replies.Stopped | None:
+        """Stop the asks of a session, of a client (a connection's number),
+        of both, or with neither every ask and whatever the speech devices
+        say. None when there was nothing to stop."""
+        began = trio.current_time()
+        chosen = [(stop, origin) for stop, origin in self._asks.items()
+                  if (session is None or origin.get("session") == session)
+                  and (client is None or origin.get("client") == client)]
+        for stop, _ in chosen:
+            stop.stop()
+        everything = session is None and client is None
+        silenced = self.devices.silence([origin for _, origin in chosen], everything) \
+            if self.devices else []
+        if not chosen and not silenced:
+            return None
+        with trio.move_on_after(STOP_WAIT):
+            for stop, _ in chosen:
+                await stop.closed.wait()
+        seconds = trio.current_time() - began
+        log.info("%s: stopped %d asks and silenced %s in %.3f s", who, len(chosen),
+                 ", ".join(silenced) or "no device", seconds)
+        return replies.Stopped(tuple(dict(origin) for _, origin in chosen), tuple(silenced),
+                               round(seconds, 4))
+
+    async def stop_from_device(self, device: str) -> None:
+        """A board's STOP: every ask, every speech device."""
+        await self.stop(f"device {device}")
 
     async def ask_from_device(self, device: str, prompt: str) -> None:
         """A prompt typed on a device: an ask on the session device-NAME,
@@ -99,7 +151,8 @@ class Bus:
             await self.publish(reply, origin)
 
         try:
-            await self.runner.ask(prompt, origin["session"], None, emit)
+            with self.stoppable(dict(origin)) as stop:
+                await self.runner.ask(prompt, origin["session"], None, emit, stop)
         except Exception:
             # A bug costs this ask, never the hub's nursery and the daemon.
             log.exception("%s: ask failed inside the daemon", who)

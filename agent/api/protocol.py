@@ -48,6 +48,8 @@ _OPERATIONS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "sessions": {},
     "history": {"session": ((str,), True)},
     "forget": {"session": ((str,), True)},
+    "announce": {"text": ((str,), True), "device": ((str,), False)},
+    "stop": {"session": ((str,), False), "mine": ((bool,), False)},
 }
 OPERATIONS = tuple(_OPERATIONS)
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
@@ -97,6 +99,8 @@ def parse_request(line: bytes) -> Request | RequestError:
         return RequestError(ErrorCode.BAD_FIELD, "ask: prompt is empty", request_id)
     if op == "cancel" and not _is_id(args["target"]):
         return RequestError(ErrorCode.BAD_FIELD, "cancel: target is not a request id", request_id)
+    if op == "announce" and not args["text"].strip():
+        return RequestError(ErrorCode.BAD_FIELD, "announce: text is empty", request_id)
     return Request(request_id, op, args)
 
 

@@ -62,6 +62,13 @@ class ErrorCode(enum.StrEnum):
     TOO_MANY_CONNECTIONS = "too_many_connections"
     PROVIDER_DISABLED = "provider_disabled"
     TOOLS_UNSUPPORTED = "tools_unsupported"
+    STOPPED = "stopped"
+    NOTHING_TO_STOP = "nothing_to_stop"
+    UNKNOWN_DEVICE = "unknown_device"
+    NOT_A_SPEECH_DEVICE = "not_a_speech_device"
+    DEVICE_UNAVAILABLE = "device_unavailable"
+    NO_SPEECH_DEVICE = "no_speech_device"
+    TEXT_TOO_LONG = "text_too_long"
 
 
 class Reply:
@@ -245,6 +252,22 @@ class Ok(Reply):
     forgotten: bool | None = None   # forget's answer only
 
 
+@_reply("announced")
+class Announced(Reply):
+    """An announce queued on these speech devices."""
+    devices: tuple[str, ...]
+
+
+@_reply("stopped")
+class Stopped(Reply):
+    """A stop's answer, once the asks it stopped have closed their model
+    streams and the speech devices are silent: asks (where each came from,
+    as a subscriber's request), devices silenced, seconds that took."""
+    asks: tuple[Mapping[str, Any], ...]
+    devices: tuple[str, ...]
+    seconds: float
+
+
 @_reply("subscribed")
 class Subscribed(Reply):
     pass
@@ -273,7 +296,8 @@ def internal_error(what: str) -> Error:
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
 # The reply that ends a request, by operation; ask and subscribe stream until it.
 FINAL = {"ask": frozenset({Done.type, Error.type}), "subscribe": frozenset({Error.type})}
-FINAL_DEFAULT = frozenset({Status.type, Sessions.type, History.type, Ok.type, Error.type})
+FINAL_DEFAULT = frozenset({Status.type, Sessions.type, History.type, Ok.type, Announced.type,
+                           Stopped.type, Error.type})
 
 
 # ---- the encoder ----

@@ -19,7 +19,8 @@ never overflowed.
   closed), nobody else's.
 - A reload that no longer allows a peer disconnects it with not_allowed.
 - `cancel` names a request of the same connection; other clients' requests
-  cannot be reached.
+  cannot be reached. `stop` (barge-in) reaches every ask, of a session, of
+  the connection or all (bus.py), and ends each with its answer so far kept.
 
 Every reply is encoded (replies.encode) once, when it is sent. A reply
 with nothing queued before it goes straight to the socket when the socket
@@ -49,6 +50,7 @@ from agent.api.bus import Bus, Subscription
 from agent.api.protocol import Request, RequestError
 from agent.api.replies import PROTOCOL_VERSION, ErrorCode, RequestId, encode
 from agent.api.statistics import ActiveAsk, Counters, Outcome, Statistics
+from agent.devices.hub import AnnounceError
 from agent.lines import Line, LineReader
 from agent.session.codec import turn_summary
 from agent.session.store import StorageError
@@ -65,7 +67,7 @@ LOG_INTERVAL = 10.0              # at most one line per this many seconds for a 
 ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+
 MAX_PEER_GROUPS = 256
-CAPABILITIES = ("stream", "reasoning", "subscribe", "cancel")
+CAPABILITIES = ("stream", "reasoning", "subscribe", "cancel", "announce", "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +524,10 @@ class ApiServer:
             self._start_ask(conn, request, nursery)
         elif request.op == "cancel":
             self._cancel(conn, request)
+        elif request.op == "stop":
+            nursery.start_soon(self._stop, conn, request)
+        elif request.op == "announce":
+            nursery.start_soon(self._announce, conn, request)
         elif request.op == "status":
             conn.send(encode(self._status(), request.id))
         elif request.op == "subscribe":
@@ -549,11 +555,14 @@ class ApiServer:
         streaming = args.get("stream", True)
         reasoning = args.get("reasoning", True)
         outcome = Outcome.FAILED
+        # where its replies come from, for subscribers, devices and `stop`
+        origin = {"client": conn.number, "id": flight.request_id, "session": flight.session}
 
         async def emit(reply: replies.Reply) -> None:
             nonlocal outcome
             if isinstance(reply, replies.Started):
                 flight.session, flight.provider = reply.session, reply.provider
+                origin["session"] = reply.session
             elif isinstance(reply, replies.Failover):
                 flight.provider = reply.provider
             elif isinstance(reply, replies.Done):
@@ -561,14 +570,13 @@ class ApiServer:
             if streaming or not isinstance(reply, replies.STREAMED):
                 if reasoning or not isinstance(reply, replies.Reasoning):
                     conn.send(encode(reply, flight.request_id))
-            origin = {"client": conn.number, "id": flight.request_id, "session": flight.session}
             await self.bus.publish(reply, origin)
 
         try:
-            with flight.scope:
+            with flight.scope, self.bus.stoppable(origin) as stop:
                 try:
                     await self.runner.ask(args["prompt"], args.get("session"),
-                                          args.get("provider"), emit)
+                                          args.get("provider"), emit, stop)
                 except Exception:
                     log.exception("client %d: ask id=%r failed inside the daemon", conn.number,
                                   flight.request_id)
@@ -601,6 +609,39 @@ class ApiServer:
                                            "in progress on this connection"), request.id))
             return
         conn.send(encode(replies.Ok(), request.id))
+
+    async def _stop(self, conn: _Connection, request: Request) -> None:
+        args = request.args
+        try:
+            reply = await self.bus.stop(f"client {conn.number}", args.get("session"),
+                                        conn.number if args.get("mine") else None)
+        except Exception:
+            log.exception("client %d: stop id=%r failed inside the daemon", conn.number,
+                          request.id)
+            reply = replies.internal_error("request")
+        if reply is None:
+            whose = " ".join(filter(None, ["of this connection" if args.get("mine") else "",
+                                           f"on session {args['session']!r}"
+                                           if "session" in args else ""]))
+            reply = replies.Error(ErrorCode.NOTHING_TO_STOP, f"no ask {whose} is running"
+                                  if whose else "no ask is running and no speech device "
+                                  "is speaking")
+        conn.send(encode(reply, request.id))
+
+    async def _announce(self, conn: _Connection, request: Request) -> None:
+        try:
+            if self.bus.devices is None:
+                raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
+            spoken_on = await self.bus.devices.announce(request.args["text"],
+                                                        request.args.get("device"))
+            reply = replies.Announced(tuple(spoken_on))
+        except AnnounceError as refusal:
+            reply = replies.Error(refusal.code, str(refusal))
+        except Exception:
+            log.exception("client %d: announce id=%r failed inside the daemon", conn.number,
+                          request.id)
+            reply = replies.internal_error("request")
+        conn.send(encode(reply, request.id))
 
     def _subscribe(self, conn: _Connection, subscription: Subscription | None) -> None:
         """Start, replace (a second subscribe) or end (None) the connection's subscription."""

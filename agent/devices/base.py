@@ -7,6 +7,11 @@ run() raises, and reaches its tools through call_tool(). Handlers never see
 each other, and a handler never blocks the stream: while it is down, its
 events are dropped and counted.
 
+Speech devices (`speaks`: wyoming-tts, a command device with `speech =
+true`) are what `announce` speaks on and `stop` silences: the hub gives them
+an announcement as the events of an answer (request {"announce": N}), and
+calls silence() when a stop concerns what they say.
+
 Events are the replies of asks as the socket API sends them
 (agent/api/replies.py: started, delta, reasoning, tool_call, tool_result,
 done, error), plus `sentence`: the answer's text cut by the segmenter
@@ -18,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, ClassVar, Mapping
+from typing import Any, Awaitable, Callable, ClassVar, Mapping, Protocol
 
 import trio
 
@@ -119,6 +124,19 @@ def speech_options(common: "Common", settings: Mapping[str, Any],
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
 
 
+class Requests(Protocol):
+    """What a device may ask of the daemon, the `prompt` its run() is given:
+    `await prompt(text)` an ask; announce() speaks a text on every speech
+    device; stop() stops every ask and silences every speech device (a
+    board's barge-in)."""
+
+    async def __call__(self, text: str) -> None: ...
+
+    async def announce(self, text: str) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Common:
     """Settings every device has (see the README's device section)."""
@@ -142,6 +160,7 @@ class Device:
     # A device that speaks sets this: the hub cleans the sentences it cuts
     # for it (agent/devices/speech_text.py) before they are cut.
     speech: SpeechOptions | None = None
+    speaks = False  # a speech device: announce and stop concern it
 
     def __init__(self, common: Common) -> None:
         self.common = common
@@ -153,10 +172,10 @@ class Device:
         raise SettingError naming a bad key."""
         raise NotImplementedError
 
-    async def run(self, inbox: "Inbox", prompt: Prompt,
+    async def run(self, inbox: "Inbox", prompt: "Requests",
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open the device, call task_status.started(), then handle events
-        until cancelled. Raise (any exception) when the device fails or is
+        until cancelled; prompt is what it may ask of the daemon. Raise (any exception) when the device fails or is
         lost: the hub reports it and runs this again after a backoff."""
         raise NotImplementedError
 
@@ -164,6 +183,12 @@ class Device:
         """Run one of this device's tools (arguments already valid against
         its schema); the hub applies the timeout. Raise ToolError on failure."""
         raise ToolError(f"device {self.name} has no tool {name!r}")
+
+    def silence(self, requests: frozenset | None) -> bool:
+        """A speech device stops at once what it says for these requests (the
+        hub's request keys; None: whatever it says): playback, synthesis, a
+        speech program. Never waits; True when it was saying something."""
+        return False
 
     def status(self) -> dict[str, Any]:
         """Extra fields for the status reply (port, connected, ...)."""
@@ -190,8 +215,13 @@ class Inbox:
         return len(self._events)
 
     def clear(self) -> None:
-        self.dropped += len(self._events)
-        self._events.clear()
+        self.discard(lambda event: True)
+
+    def discard(self, unwanted: Callable[[Event], bool]) -> None:
+        """Drop the queued events unwanted() says, counted as dropped."""
+        kept = deque(event for event in self._events if not unwanted(event))
+        self.dropped += len(self._events) - len(kept)
+        self._events = kept
         self.stalled = False
         self._writable.unpark_all()
 

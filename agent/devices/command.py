@@ -46,6 +46,10 @@ does not restart the device. A program that cannot be started at all
 (gone, no longer executable) raises out of run(): the hub reports the
 device failed and starts it again after a backoff, and run() then fails
 until the program is back.
+
+A command device is a speech device: `announce` runs its program for the
+text as for an answer, and a stop that concerns the text it runs for ends
+that run at once (SIGTERM to its process group, SIGKILL KILL_GRACE later).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ import trio
 from agent.devices import templates
 from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError, ToolError,
                                 ToolSpec, refuse_unknown, speech_options)
+from agent.devices.hub import request_key
 from agent.devices.speech_text import SpeechOptions, clean, tool_call_phrase
 from agent.jsontypes import is_type
 
@@ -186,6 +191,10 @@ class CommandDevice(Device):
     kind = "command"
     DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
 
+    @property
+    def speaks(self) -> bool:  # a notifier or a logger is no speech device
+        return self.speech is not None
+
     def __init__(self, common: Common, argv: Argv, *, per: str, stdin: bool,
                  timeout: float, max_output: int, tools: Mapping[str, Argv],
                  allow_dash: frozenset[str] = frozenset(),
@@ -199,6 +208,8 @@ class CommandDevice(Device):
         self.refused = 0  # sentences not run: a value would have been an option
         self.last_run: dict[str, Any] | None = None
         self._one_run = trio.Lock()  # FIFO: runs start in the order they were asked for
+        self._speaking: tuple[tuple, trio.CancelScope] | None = None  # request key, its run
+        self.stops = 0  # runs a stop ended
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
@@ -245,7 +256,22 @@ class CommandDevice(Device):
             else:
                 continue
             if text:
-                await self._run_for(text, event.request.get("session") or "")
+                with trio.CancelScope() as scope:
+                    self._speaking = (request_key(event.request), scope)
+                    try:
+                        await self._run_for(text, event.request.get("session") or "")
+                    finally:
+                        self._speaking = None
+
+    def silence(self, requests: frozenset | None) -> bool:
+        if self._speaking is None:
+            return False
+        key, scope = self._speaking
+        if requests is not None and key not in requests:
+            return False
+        scope.cancel()  # run_process's deliver_cancel signals the program's group
+        self.stops += 1
+        return True
 
     async def _run_for(self, text: str, session: str) -> None:
         try:
@@ -318,4 +344,4 @@ class CommandDevice(Device):
     def status(self) -> dict[str, Any]:
         return {"program": self.argv.program, "per": self.per, "runs": self.runs,
                 "failures": self.failures, "timeouts": self.timeouts, "refused": self.refused,
-                "last_run": self.last_run}
+                "stops": self.stops, "last_run": self.last_run}

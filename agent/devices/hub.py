@@ -17,12 +17,21 @@ and where the model's tool calls reach a device.
   programs or commands at once. Every failure becomes an error result for
   the model, never an exception.
 - A line typed on a device (prompt) becomes an ask, run in the hub's own
-  nursery so the device keeps reading while it is answered.
+  nursery so the device keeps reading while it is answered; a device's
+  announce and stop (a board's ANNOUNCE and STOP lines) go where the
+  socket API's do.
+- announce(): a text spoken on one or every speech device without the
+  model, given to each as the events of an answer (delta, its sentences,
+  done) under request {"announce": N}.
+- silence(): what a stop does to the speech devices: the stopped asks'
+  queued events are dropped, and the rest of their events until their
+  done or error, and each device stops what it says at once.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,7 +41,9 @@ from typing import Any, Awaitable, Callable, Mapping
 import trio
 
 from agent.api import replies
-from agent.devices.base import SENTENCE, Common, Device, Event, Inbox, ToolError, ToolSpec
+from agent.api.replies import ErrorCode
+from agent.devices.base import (SENTENCE, Common, Device, Event, Inbox, Requests, ToolError,
+                                ToolSpec)
 from agent.devices.segmenter import Segmenter, SegmenterConfig
 from agent.devices.speech_text import SpeechCleaner, SpeechOptions
 from agent.providers.requests import Tool
@@ -44,6 +55,21 @@ INITIAL_BACKOFF = 0.5
 STABLE_AFTER = 30.0          # a device that ran this long restarts with the initial backoff
 MAX_PENDING_PROMPTS = 4      # asks from one device waiting or running; more are refused
 RESULT_LIMIT = 16 * 1024     # characters of a tool result sent to the model
+DEFAULT_MAX_ANNOUNCE = 2000  # characters of an announcement (daemon.max_announce_chars)
+
+
+def request_key(request: Mapping[str, Any]) -> tuple:
+    """Which ask (or announcement) an event belongs to, whatever its session."""
+    return (request.get("client"), request.get("id"), request.get("device"),
+            request.get("wyoming"), request.get("announce"))
+
+
+class AnnounceError(Exception):
+    """An announcement that cannot be spoken: code is the socket API's."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,7 @@ class _Running:
     last_error: str | None = None
     prompts: int = 0
     segmenters: dict = field(default_factory=dict)  # request key -> _Sentences
+    stopped: set = field(default_factory=set)  # request keys silenced until their done or error
     tool_turn: trio.Lock = field(default_factory=trio.Lock)  # one tool run at a time, FIFO
 
 
@@ -124,10 +151,38 @@ def _describe(exc: BaseException) -> str:
 
 AskHook = Callable[[str, str], Awaitable[None]]        # (device name, prompt)
 StateHook = Callable[[replies.Device], None]          # for subscribers
+StopHook = Callable[[str], Awaitable[None]]            # (device name): stop everything
+
+
+class _Link(Requests):
+    """A device's requests to the daemon (its run()'s `prompt`)."""
+
+    def __init__(self, hub: "DeviceHub", running: _Running) -> None:
+        self._hub, self._running = hub, running
+
+    async def __call__(self, text: str) -> None:
+        await self._hub._prompt(self._running, text)
+
+    async def announce(self, text: str) -> None:
+        name = self._running.device.name
+        try:
+            spoken_on = await self._hub.announce(text)
+        except AnnounceError as refusal:
+            log.warning("device %s: an announcement was refused: %s: %s", name,
+                        refusal.code.value, refusal)
+            return
+        log.info("device %s: announcement on %s", name, ", ".join(spoken_on))
+
+    async def stop(self) -> None:
+        if self._hub._stop is not None:
+            await self._hub._stop(self._running.device.name)
 
 
 class DeviceHub:
-    def __init__(self, specs: Mapping[str, DeviceSpec]) -> None:
+    def __init__(self, specs: Mapping[str, DeviceSpec],
+                 max_announce_chars: int = DEFAULT_MAX_ANNOUNCE) -> None:
+        self.max_announce_chars = max_announce_chars
+        self._announcements = itertools.count(1)
         self._devices: dict[str, _Running] = {}
         self._tools: dict[str, tuple[str, ToolSpec]] = {}
         for name, spec in specs.items():
@@ -139,16 +194,17 @@ class DeviceHub:
         self._nursery: trio.Nursery | None = None
         self._ask: AskHook | None = None
         self._on_state: StateHook | None = None
+        self._stop: StopHook | None = None
 
     def __bool__(self) -> bool:
         return bool(self._devices)
 
     # ---- running the devices ----
 
-    async def run(self, ask: AskHook, on_state: StateHook,
+    async def run(self, ask: AskHook, on_state: StateHook, stop: StopHook | None = None,
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Supervise every device until cancelled."""
-        self._ask, self._on_state = ask, on_state
+        self._ask, self._on_state, self._stop = ask, on_state, stop
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for running in self._devices.values():
@@ -162,7 +218,7 @@ class DeviceHub:
         while True:
             running.state, running.since = DeviceState.STARTING, time.monotonic()
             try:
-                await device.run(running.inbox, partial(self._prompt, running),
+                await device.run(running.inbox, _Link(self, running),
                                  task_status=_Started(partial(self._set_state, running,
                                                               DeviceState.RUNNING)))
                 error = "run() returned"  # a handler should run until cancelled
@@ -174,6 +230,7 @@ class DeviceHub:
             self._set_state(running, DeviceState.FAILED, error, backoff)
             running.inbox.clear()
             running.segmenters.clear()  # text cut off here must not start the next answer
+            running.stopped.clear()
             await trio.sleep(backoff)
             backoff = min(backoff * 2, device.common.restart_max_delay)
 
@@ -210,10 +267,14 @@ class DeviceHub:
         """One reply of an ask to every device that wants it."""
         kind = reply.type
         data, request = replies.outgoing(reply.fields()), replies.outgoing(request)
-        key = (request.get("client"), request.get("id"), request.get("device"))
+        key = request_key(request)
         is_delta = isinstance(reply, replies.Delta)
         for running in self._devices.values():
             wants = running.device.common.events
+            if running.stopped and key in running.stopped:
+                if isinstance(reply, _ENDS_ASK):
+                    running.stopped.discard(key)
+                continue
             if running.state is not DeviceState.RUNNING:
                 if kind in wants or (SENTENCE in wants and (is_delta
                                                             or isinstance(reply, _ENDS_ASK))):
@@ -241,6 +302,76 @@ class DeviceHub:
             return sentences.feed(text)
         running.segmenters.pop(key, None)  # a step or the ask ended: the rest of its text
         return sentences.close() if sentences is not None else []
+
+    # ---- announcements and stops ----
+
+    def _speech(self) -> list[_Running]:
+        return [r for r in self._devices.values() if r.device.speaks]
+
+    def _chosen(self, device: str | None) -> list[_Running]:
+        """Where an announcement goes; AnnounceError when nowhere."""
+        speech = ", ".join(r.device.name for r in self._speech()) or "none"
+        if device is None:
+            running = [r for r in self._speech() if r.state is DeviceState.RUNNING]
+            if not running:
+                raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "no speech device is running "
+                                    f"(speech devices: {speech})")
+            return running
+        chosen = self._devices.get(device)
+        if chosen is None:
+            raise AnnounceError(ErrorCode.UNKNOWN_DEVICE, f"no device named {device!r} "
+                                f"(speech devices: {speech})")
+        if not chosen.device.speaks:
+            raise AnnounceError(ErrorCode.NOT_A_SPEECH_DEVICE, f"device {device} is of type "
+                                f"{chosen.device.kind}, which does not speak (speech devices: "
+                                f"{speech})")
+        if chosen.state is not DeviceState.RUNNING:
+            raise AnnounceError(ErrorCode.DEVICE_UNAVAILABLE, f"device {device} is "
+                                f"{chosen.state.value} ({chosen.last_error or 'starting'})")
+        return [chosen]
+
+    async def announce(self, text: str, device: str | None = None) -> list[str]:
+        """Speak text on the named speech device, or on every one running;
+        the names it was given to. Raises AnnounceError."""
+        if len(text) > self.max_announce_chars:
+            raise AnnounceError(ErrorCode.TEXT_TOO_LONG, f"the text has {len(text)} "
+                                f"characters, more than daemon.max_announce_chars "
+                                f"({self.max_announce_chars})")
+        chosen = self._chosen(device)
+        request = {"announce": next(self._announcements)}
+        for running in chosen:
+            common = running.device.common
+            wants = common.events
+            events = [Event(replies.Delta.type, {"text": text}, request)] \
+                if replies.Delta.type in wants else []
+            if SENTENCE in wants:  # cleaned for speech and cut as an answer's text is
+                sentences = _Sentences(common, running.device.speech)
+                events += [Event(SENTENCE, {"text": sentence}, request)
+                           for sentence in [*sentences.feed(text), *sentences.close()]]
+            if replies.Done.type in wants:
+                events.append(Event(replies.Done.type, {"text": text}, request))
+            for event in events:
+                await running.inbox.put(event)
+        return [running.device.name for running in chosen]
+
+    def silence(self, requests: list[Mapping[str, Any]], everything: bool) -> list[str]:
+        """Stopped asks (their requests, as publish() is given them) off every
+        speech device: what they queued is dropped, so is the rest of their
+        events, and the devices stop saying them at once; with everything,
+        whatever the speech devices have queued or say. The names of the
+        devices that were saying something."""
+        keys = frozenset(request_key(replies.outgoing(r)) for r in requests)
+        silenced = []
+        for running in self._speech():
+            running.stopped |= keys
+            running.inbox.discard(lambda event: everything
+                                  or request_key(event.request) in keys)
+            for key in list(running.segmenters) if everything else keys:
+                running.segmenters.pop(key, None)
+            if running.state is DeviceState.RUNNING \
+                    and running.device.silence(None if everything else keys):
+                silenced.append(running.device.name)
+        return silenced
 
     # ---- tools ----
 

@@ -251,6 +251,12 @@ class SerialDevice(Device):
                     return
                 call.ok, call.text = isinstance(message, wire.Ok), text
                 call.done.set()
+            case wire.Announce(text) if self._read_prompts:
+                await prompt.announce(text)
+            case wire.Stop() if self._read_prompts:
+                await prompt.stop()
+            case wire.Announce() | wire.Stop():
+                log.info("device %s: %s ignored (read = ignore)", self.name, message.KEYWORD)
             case wire.DeviceEvent(text):
                 self._counts["events_in"] += 1
                 log.info("device %s: event: %s", self.name, text)

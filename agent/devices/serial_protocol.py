@@ -144,7 +144,16 @@ class DeviceHello(Message, keyword="HELLO"):
     text: str
 
 
-DeviceMessage = Prompt | Ok | Fail | DeviceEvent | DeviceHello
+class Announce(Message, keyword="ANNOUNCE"):
+    """Speak the text on every speech device, without the model."""
+    text: str
+
+
+class Stop(Message, keyword="STOP"):
+    """Barge-in: stop every ask and silence every speech device."""
+
+
+DeviceMessage = Prompt | Ok | Fail | DeviceEvent | DeviceHello | Announce | Stop
 
 
 # ---- lines that carry no message ----
@@ -159,6 +168,8 @@ class Problem(enum.Enum):
     TOO_LONG = "a line over max_line"
     NOT_UTF8 = "a line that is not UTF-8"
     EMPTY_PROMPT = "an empty PROMPT"
+    EMPTY_ANNOUNCE = "an empty ANNOUNCE"
+    STOP_WITH_TEXT = "a STOP with text after it"
     UNKNOWN = "an unknown line"
     BAD_HELLO = "a HELLO that is not '<version> homeagent <daemon version>'"
 
@@ -182,8 +193,10 @@ def format_line(message: Message) -> str:
         case Call(call_id, text) | CallReply(call_id, text):
             return f"{message.KEYWORD} {call_id} {escape(text)}"
         case Start(text) | Text(text) | Reasoning(text) | Done(text) | Prompt(text) | \
-                DeviceEvent(text) | DeviceHello(text):
+                DeviceEvent(text) | DeviceHello(text) | Announce(text):
             return f"{message.KEYWORD} {escape(text)}"
+        case Stop():
+            return message.KEYWORD
     raise TypeError(f"not a serial protocol message: {message!r}")
 
 
@@ -225,6 +238,13 @@ def parse_device_line(item: Line | LineTooLong) -> DeviceMessage | Blank | BadLi
         return DeviceEvent(unescape(rest))
     if keyword == "HELLO":
         return DeviceHello(unescape(rest))
+    if keyword == "ANNOUNCE":
+        announcement = unescape(rest)
+        return Announce(announcement) if announcement.strip() \
+            else BadLine(Problem.EMPTY_ANNOUNCE, announcement)
+    if keyword == "STOP":
+        return Stop() if not rest.strip() else BadLine(Problem.STOP_WITH_TEXT,
+                                                       text[:SHOWN_CHARS])
     return BadLine(Problem.UNKNOWN, text[:SHOWN_CHARS])
 
 

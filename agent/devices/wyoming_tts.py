@@ -48,6 +48,12 @@ Settings (the device's own keys):
   tool's name is said at each `tool_call` event; needs "tool_call" in
   events).
 
+Stop (silence()): a stop that concerns what the device says kills the
+player at once (aplay is sent SIGKILL, a file is closed), drops the audio
+buffered for it and connects to the server anew, so that whatever the server
+still sends for the old requests is never read; what other asks queue after
+it is spoken as usual.
+
 A connection the server closes, a framing error or a server that does not
 answer `describe` raise out of run(): the hub reports the device failed and
 connects again after its backoff; the answer still reaches every other
@@ -66,9 +72,10 @@ from typing import Any, Mapping
 import trio
 
 from agent import wyoming
-from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError,
-                                refuse_unknown, speech_options)
+from agent.devices.base import (SPEECH_KEYS, Common, Device, Event, Inbox, Prompt,
+                                SettingError, refuse_unknown, speech_options)
 from agent.devices.command import Argv, parse_argv
+from agent.devices.hub import request_key
 from agent.devices.speech_text import SpeechCleaner, SpeechOptions, tool_call_phrase
 from agent.jsontypes import is_type
 
@@ -160,6 +167,7 @@ class _Audio:
 class WyomingSpeech(Device):
     kind = "wyoming-tts"
     DEFAULT_EVENTS = frozenset({"sentence", "delta", "done", "error"})
+    speaks = True
 
     def __init__(self, common: Common, address: tuple[str, str, int], *, voice: dict,
                  streaming: bool | None, sink: str, alsa_device: str, path: str | None,
@@ -178,6 +186,18 @@ class WyomingSpeech(Device):
         self.server_streams: bool | None = None  # from its info
         self.sentences = self.answers = 0       # synthesize requests sent, streamed answers
         self.audio_bytes = 0                     # PCM handed to the sink
+        self.stops = 0                           # silence() calls that cut speech off
+        self.audio_after_stop = 0                # PCM the sink took after the last of them
+        # This connection's state, for silence(): the requests whose text it
+        # carries (from their first event to their done or error), the
+        # requests the server has still to answer, the player, the audio buffer.
+        self._connection = trio.CancelScope()
+        self._carried: set[tuple] = set()
+        self._awaiting = 0
+        self._streams = False
+        self._player: _Sink | None = None
+        self._audio: _Audio | None = None
+        self._stopped = False  # since the last silence(), on this connection
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> WyomingSpeech:
@@ -241,6 +261,15 @@ class WyomingSpeech(Device):
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self.sink == "aplay" and shutil.which("aplay") is None:
             raise FileNotFoundError("aplay not found (Debian package alsa-utils)")
+        while True:
+            self._connection = trio.CancelScope()
+            self._carried, self._awaiting, self._stopped = set(), 0, False
+            with self._connection:
+                await self._speak(_Noting(inbox, self._carried), task_status)
+            # silence() ended the connection: a new one, with nothing of the old
+            task_status = trio.TASK_STATUS_IGNORED
+
+    async def _speak(self, inbox: "_Noting", task_status) -> None:
         # A timeout is named here: TooSlowError says nothing in the status.
         with trio.move_on_after(self.connect_timeout) as connecting:
             stream = await self._connect()
@@ -259,11 +288,12 @@ class WyomingSpeech(Device):
                 isinstance(p, dict) and p.get("supports_synthesize_streaming") is True
                 for p in info.data.get("tts", []) if isinstance(info.data.get("tts"), list))
             streams = self.server_streams if self.streaming is None else self.streaming
+            self._streams = streams
             self.connected = True
             log.info("device %s: connected to the TTS server (%s)", self.name,
                      "streaming" if streams else "a synthesize per sentence")
             try:
-                audio = _Audio(self.max_buffered_seconds)
+                audio = self._audio = _Audio(self.max_buffered_seconds)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._read_audio, stream, reader, audio)
                     nursery.start_soon(self._play, audio)
@@ -333,6 +363,7 @@ class WyomingSpeech(Device):
 
     async def _send(self, stream, kind: str, data: dict) -> None:
         await stream.send_all(wyoming.encode(wyoming.Event(kind, data)))
+        self._awaiting += kind == ("synthesize-start" if self._streams else "synthesize")
 
     # ---- audio in and out ----
 
@@ -349,32 +380,55 @@ class WyomingSpeech(Device):
                     await audio.put(chunk_fmt, event.payload)
                 elif event.type == "audio-stop":
                     await audio.end()
+                if event.type == ("synthesize-stopped" if self._streams else "audio-stop"):
+                    self._awaiting = max(0, self._awaiting - 1)
                 elif event.type == "error":
                     log.warning("device %s: the TTS server reported: %s", self.name,
                                 event.data.get("text", event.data))
 
     async def _play(self, audio: _Audio) -> None:
-        player = None
         try:
             async for item in audio.receive:
                 if item is None:
-                    if player is not None:
-                        await player.aclose()
-                        player = None
+                    await self._close_player()
                     continue
                 fmt, pcm, seconds = item
-                if player is not None and player.format != fmt:
-                    await player.aclose()
-                    player = None
-                if player is None:
-                    player = await self._open_sink(fmt)
-                await player.write(pcm)
+                if self._player is not None and self._player.format != fmt:
+                    await self._close_player()
+                if self._player is None:
+                    self._player = await self._open_sink(fmt)
+                await self._player.write(pcm)
                 self.audio_bytes += len(pcm)
+                if self._stopped:
+                    self.audio_after_stop += len(pcm)
                 await audio.played(seconds)
         finally:
-            if player is not None:
-                with trio.CancelScope(shield=True):
-                    await player.aclose()
+            with trio.CancelScope(shield=True):
+                await self._close_player()
+
+    async def _close_player(self) -> None:
+        player, self._player = self._player, None
+        if player is not None:
+            await player.aclose()
+
+    # ---- stop ----
+
+    def _quiet(self) -> bool:
+        """Nothing to play, nothing playing, nothing asked of the server."""
+        queued = self._audio is not None and self._audio.receive.statistics().current_buffer_used
+        return not (self._awaiting or self._player is not None or queued)
+
+    def silence(self, requests: frozenset | None) -> bool:
+        saying = self._carried if requests is None else requests & self._carried
+        if not saying and (requests is not None or self._quiet()):
+            return False
+        if self._player is not None:
+            self._player.kill()  # now: not at the end of what it has buffered
+        self._connection.cancel()
+        self._stopped = True
+        self.stops += 1
+        self.audio_after_stop = 0
+        return True
 
     async def _open_sink(self, fmt: AudioFormat) -> _Sink:
         if self.sink == "file":
@@ -393,7 +447,29 @@ class WyomingSpeech(Device):
         return {"address": _address_text(self.address),
                 "connected": self.connected, "server_streams": self.server_streams,
                 "sentences": self.sentences, "answers": self.answers,
-                "audio_bytes": self.audio_bytes}
+                "audio_bytes": self.audio_bytes, "stops": self.stops,
+                "audio_after_stop": self.audio_after_stop}
+
+
+class _Noting:
+    """A device's inbox as _send_text reads it, noting the requests whose
+    text the connection carries: from their first event until their done or
+    error has been handled."""
+
+    def __init__(self, inbox: Inbox, carried: set) -> None:
+        self._inbox, self._carried = inbox, carried
+        self._ended: tuple | None = None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Event:
+        self._carried.discard(self._ended)
+        event = await self._inbox.get()
+        key = request_key(event.request)
+        self._carried.add(key)
+        self._ended = key if event.type in ("done", "error") else None
+        return event
 
 
 class _Sink:
@@ -404,6 +480,9 @@ class _Sink:
 
     async def aclose(self) -> None:
         raise NotImplementedError
+
+    def kill(self) -> None:
+        """Stop playing at once, before aclose() (a stop); a file needs nothing."""
 
 
 class _FileSink(_Sink):
@@ -424,6 +503,7 @@ class _ProcessSink(_Sink):
 
     def __init__(self, fmt: AudioFormat, process: trio.Process, program: str) -> None:
         self.format, self._process, self._program = fmt, process, program
+        self._killed = False
 
     @classmethod
     async def open(cls, fmt: AudioFormat, argv: list[str]) -> _ProcessSink:
@@ -446,6 +526,10 @@ class _ProcessSink(_Sink):
             raise SinkError(f"the audio program {self._program} stopped reading (exit status "
                             f"{self._process.returncode})") from None
 
+    def kill(self) -> None:
+        self._killed = True
+        self._process.kill()
+
     async def aclose(self) -> None:
         await self._process.stdin.aclose()
         with trio.move_on_after(5):
@@ -453,7 +537,7 @@ class _ProcessSink(_Sink):
         if self._process.returncode is None:
             self._process.kill()
             await self._process.wait()
-        elif self._process.returncode != 0:
+        elif self._process.returncode != 0 and not self._killed:  # killed: by a stop
             log.warning("device: %s exited with status %s", self._program,
                         self._process.returncode)
 
@@ -503,6 +587,12 @@ class _WyomingSink(_Sink):
     async def write(self, pcm: bytes) -> None:
         await self._send(wyoming.Event("audio-chunk", self._format(), pcm))
         self._seconds += len(pcm) / self.format.bytes_per_second
+
+    def kill(self) -> None:
+        # A stop: the speaker's connection closed now, what it holds unsent
+        # dropped; aclose() then only closes.
+        self._broken = True
+        self._stream.socket.close()
 
     async def aclose(self) -> None:
         if self._broken:

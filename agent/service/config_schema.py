@@ -36,6 +36,7 @@ class DaemonConfig:
     log_level: str
     max_clients: int = 64
     max_clients_per_user: int = 16
+    max_announce_chars: int = 2000
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class _Daemon:
         # why the last one was refused (None: it was applied)
         self.reloads = 0
         self.reload_error: str | None = None
-        self.devices = DeviceHub(config.devices)
+        self.devices = DeviceHub(config.devices, daemon.max_announce_chars)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
                              config.sessions.system_prompt, self.devices,
                              ask_limits_of(config))
@@ -217,7 +217,8 @@ class _Daemon:
 
             await nursery.start(api)
             await nursery.start(self.devices.run, self.server.bus.ask_from_device,
-                                self.server.bus.notify_subscribers)
+                                self.server.bus.notify_subscribers,
+                                self.server.bus.stop_from_device)
             if wyoming_listeners:
                 nursery.start_soon(self.wyoming.serve, wyoming_listeners)
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
@@ -293,6 +294,7 @@ class _Daemon:
         self.store.set_limits(max_turns=new.sessions.max_turns,
                               max_bytes=new.sessions.max_bytes)
         logsetup.set_level(new.daemon.log_level)
+        self.devices.max_announce_chars = new.daemon.max_announce_chars
         for key in ("socket", "socket_mode", "socket_group", "state_directory"):
             if getattr(new.daemon, key) != getattr(old.daemon, key):
                 log.warning("reload: daemon.%s changed; it takes effect at the next start", key)

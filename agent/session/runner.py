@@ -28,7 +28,10 @@ error of the ask.
 History: asks on one session run one at a time (a lock per session), and an
 exchange (the prompt, every step's message, every tool result) is committed
 only when the ask ends with done, so a history never holds half an answer.
-A failed, interrupted or cancelled ask commits nothing. When the disk
+A failed, interrupted or cancelled ask commits nothing. A stopped one
+(Stop, barge-in) commits what was said: the steps whose tool calls all have
+their results, then the text streamed since, as an assistant turn with
+finish_reason "stopped"; a tool call the stop cut off is not kept. When the disk
 refuses the commit (full, read-only, ...), the answer has still arrived
 whole: the ask ends with done, its text and `kept: false` with a
 storage_error saying why, not with an error that would lose the text. So
@@ -56,6 +59,7 @@ damaged rather than as a whole answer.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import logging
@@ -79,7 +83,7 @@ from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 
 DEFAULT_MAX_ANSWER = 1 << 20  # bytes
 YIELD_EVERY = 8  # streamed replies between two yields to the other tasks, at most
-from agent.stream.message import Message
+from agent.stream.message import FinishReason, Message, TextPart
 
 if TYPE_CHECKING:
     import httpx
@@ -139,6 +143,36 @@ class AskFailed(Exception):
         self.delivered = delivered
 
 
+class Stop:
+    """Barge-in for one ask (the socket API's `stop`, a board's STOP):
+    stop() ends its model stream and its tool calls at once, and the ask
+    ends with done, finish_reason "stopped", the answer said so far kept.
+    closed is set once its model stream is closed, before the history is
+    written."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.closed = trio.Event()
+        self._scopes: set[trio.CancelScope] = set()
+
+    def stop(self) -> None:
+        self.requested = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    @contextlib.contextmanager
+    def cuts(self):
+        """A cancel scope that stop() cancels, at once when it came before."""
+        with trio.CancelScope() as scope:
+            if self.requested:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._scopes.discard(scope)
+
+
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
                  default_provider: str, system_prompt: str | None, devices=None,
@@ -163,16 +197,20 @@ class Runner:
         self.ask_limits = ask_limits
 
     async def ask(self, prompt: str, session: str | None, provider_name: str | None,
-                  emit: Emit) -> None:
+                  emit: Emit, stop: Stop | None = None) -> None:
         """Run one ask to its done or error reply. Cancellation passes through
-        (the caller tells the client why)."""
+        (the caller tells the client why); stop.stop() ends it early, with
+        what was said kept."""
+        stop = stop if stop is not None else Stop()
         try:
-            await self._ask(prompt, session, provider_name, emit)
+            await self._ask(prompt, session, provider_name, emit, stop)
         except AskFailed as failure:
             await emit(failure.reply)
+        finally:
+            stop.closed.set()
 
     async def _ask(self, prompt: str, session: str | None, provider_name: str | None,
-                   emit: Emit) -> None:
+                   emit: Emit, stop: Stop) -> None:
         name = provider_name or self.default_provider
         if name not in self.upstreams:
             raise AskFailed(replies.Error(
@@ -188,8 +226,15 @@ class Runner:
             raise AskFailed(replies.Error(ErrorCode.BAD_SESSION, str(exc))) from None
         lock = self._session_locks.setdefault(session, trio.Lock())
         try:
-            async with lock:
-                await self._exchange(prompt, session, chain, lock, emit)
+            with stop.cuts() as waiting:
+                await lock.acquire()
+            if waiting.cancelled_caught:
+                raise AskFailed(replies.Error(ErrorCode.STOPPED, "stopped while it waited for "
+                                              "an earlier ask of its session; nothing kept"))
+            try:
+                await self._exchange(prompt, session, chain, lock, emit, stop)
+            finally:
+                lock.release()
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting \
                     and self._session_locks.get(session) is lock:
@@ -231,7 +276,7 @@ class Runner:
             raise
 
     async def _exchange(self, prompt: str, session: str, chain: list[Upstream], lock: trio.Lock,
-                        emit: Emit) -> None:
+                        emit: Emit, stop: Stop) -> None:
         if self._streaming is None:  # before _first: nothing admitted waits on it
             await self._import_streaming()
         history = await self._memory(self.store.load, session)
@@ -242,49 +287,75 @@ class Runner:
                                                              provider.model))
         exchange: list = [UserTurn(prompt)]
         messages: list[Message] = []
+        # What a stop keeps: the exchange up to `whole` turns and `steps`
+        # messages has every tool call with its result; `said` is the text
+        # streamed since.
+        whole, steps, said = 1, 0, []
         attempts = 0
         text_bytes = 0  # of every step so far, against limits.answer_bytes
         limits = self.ask_limits
-        for step in range(1, limits.steps + 1):
-            conversation = Conversation(self.system_prompt, [*history, *exchange])
-            while True:
-                try:
-                    # The last request may still ask for tools; they are not run.
-                    answer, outcomes = await self._step(
-                        upstream, conversation, emit, limits, run_tools=step < limits.steps,
-                        earlier=messages, text_budget=limits.answer_bytes - text_bytes)
+        with stop.cuts() as answering:
+            for step in range(1, limits.steps + 1):
+                conversation = Conversation(self.system_prompt, [*history, *exchange])
+                while True:
+                    try:
+                        # The last request may still ask for tools; they are not run.
+                        answer, outcomes = await self._step(
+                            upstream, conversation, emit, limits, run_tools=step < limits.steps,
+                            earlier=messages, text_budget=limits.answer_bytes - text_bytes,
+                            said=said)
+                        break
+                    except AskFailed as failure:
+                        following = None
+                        if step == 1 and not failure.delivered \
+                                and failure.blame is not Blame.NONE:
+                            following = self._next_admitted(chain, index)
+                        if following is None:
+                            raise
+                        self.health_of(upstream).failovers += 1
+                        failed, index = upstream.provider, following
+                        upstream = chain[index]
+                        log.warning("%s failed (%s); the ask goes to %s", failed.name,
+                                    failure.reply.message, upstream.provider.name)
+                        await self._announce(upstream, emit, replies.Failover(
+                            failed.name, failure.reply.code, failure.reply.message,
+                            upstream.provider.name, upstream.provider.model,
+                            None if failure.reply.status is replies.ABSENT
+                            else failure.reply.status))
+                attempts += answer.attempts
+                text_bytes += answer.text_bytes
+                message = answer.message
+                messages.append(message)
+                exchange.append(AssistantTurn(message))
+                calls = message.tool_calls
+                for call in calls:
+                    outcome = outcomes[id(call)]
+                    await emit(replies.ToolResult(call.id, call.name, outcome.content,
+                                                  outcome.is_error))
+                    await trio.lowlevel.checkpoint()  # as in _step's forward: writers run between
+                    exchange.append(ToolResult(call.id or "", call.name or "", outcome.content,
+                                               outcome.is_error))
+                whole, steps, said = len(exchange), len(messages), []
+                if not calls:
                     break
-                except AskFailed as failure:
-                    following = None
-                    if step == 1 and not failure.delivered and failure.blame is not Blame.NONE:
-                        following = self._next_admitted(chain, index)
-                    if following is None:
-                        raise
-                    self.health_of(upstream).failovers += 1
-                    failed, index = upstream.provider, following
-                    upstream = chain[index]
-                    log.warning("%s failed (%s); the ask goes to %s", failed.name,
-                                failure.reply.message, upstream.provider.name)
-                    await self._announce(upstream, emit, replies.Failover(
-                        failed.name, failure.reply.code, failure.reply.message,
-                        upstream.provider.name, upstream.provider.model,
-                        None if failure.reply.status is replies.ABSENT
-                        else failure.reply.status))
-            attempts += answer.attempts
-            text_bytes += answer.text_bytes
-            message = answer.message
-            messages.append(message)
-            exchange.append(AssistantTurn(message))
-            calls = message.tool_calls
-            if not calls:
-                break
-            for call in calls:
-                outcome = outcomes[id(call)]
-                await emit(replies.ToolResult(call.id, call.name, outcome.content,
-                                              outcome.is_error))
-                await trio.lowlevel.checkpoint()  # as in _step's forward: writers run between
-                exchange.append(ToolResult(call.id or "", call.name or "", outcome.content,
-                                           outcome.is_error))
+        if answering.cancelled_caught:
+            stop.closed.set()  # the model stream is closed: what `stop` waits for
+            log.info("session %s: stopped after %d characters of the answer", session,
+                     sum(map(len, said)))
+            cut = Message(model=upstream.provider.model, parts=[TextPart("".join(said))],
+                          finish_reason=FinishReason.STOPPED)
+            attempts += len(messages) == steps  # the request it cut, when it cut one
+            exchange = exchange[:whole] + ([AssistantTurn(cut)] if cut.text else [])
+            messages = messages[:steps] + [cut]
+            if len(exchange) == 1:
+                await emit(done_reply(session, messages, attempts, replies.Error(
+                    ErrorCode.STOPPED, "stopped before the answer said anything; nothing kept")))
+                return
+        await self._keep(session, lock, exchange, messages, attempts, emit)
+
+    async def _keep(self, session: str, lock: trio.Lock, exchange: list,
+                    messages: list[Message], attempts: int, emit: Emit) -> None:
+        """Commit an exchange and send its done."""
         if self._session_locks.get(session) is not lock:
             # Forgotten while this ask ran: its exchange must not bring the
             # session back.
@@ -305,10 +376,11 @@ class Runner:
 
     async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
                     limits: AskLimits, run_tools: bool, earlier: list[Message],
-                    text_budget: int):
+                    text_budget: int, said: list[str]):
         """One model request: its replies streamed, its tool calls run as they
         complete: the Answer, and the outcome of each call (keyed by id() of the call).
-        earlier: the messages of the ask's steps before, whose text a failure carries."""
+        earlier: the messages of the ask's steps before, whose text a failure carries;
+        said gets the text of each delta sent."""
         provider = upstream.provider
         streaming = self._streaming
         tools = self.devices.tools() if self.devices else []
@@ -330,6 +402,8 @@ class Runner:
                 if reply is not None:
                     if first_reply is None:
                         first_reply = self.health.now()
+                    if type(reply) is replies.Delta:
+                        said.append(reply.text)
                     await emit(reply)
                     # One network read can decode into many replies: let the
                     # clients' writers run between them, so a reading client's

@@ -25,6 +25,7 @@ class FinishReason(enum.Enum):
     PAUSE = "pause"                    # Anthropic pause_turn
     ERROR = "error"                    # Responses response.failed
     OTHER = "other"                    # anything else: see raw_finish_reason
+    STOPPED = "stopped"                # never from a provider: a `stop` cut the answer here
 
 
 _FINISH_REASONS = {
