@@ -9,10 +9,16 @@ What is real: the daemon, the mock model streaming over HTTP, the TTS
 server and espeak-ng, the audio written to the sink file, the pty, and in
 the aplay test aplay itself. What is not: a sound card. The file sink takes
 audio as fast as the server makes it, so there "no audio after the stop" is
-checked by the sink's bytes and by the device's own count of PCM written
-after the stop; for aplay, ALSA's file plugin writes into a FIFO that the
+checked by the device's own count of PCM written after the stop and by the
+sink's bytes; for aplay, ALSA's file plugin writes into a FIFO that the
 test reads at the audio's own rate (PacedCard), so aplay is held back as by
-a card, and what reaches the card after the stop is counted.
+a card, and what reaches the card after the stop is counted. No test waits
+a fixed time for what might still come after a stop: it has the same
+device say something new (MARKER, or the next answer) and waits for that
+audio, with timeout() as the bound of a hang only. The device plays one
+connection to the server at a time, in order, so nothing of the stopped
+answer can come after the new audio: what came before it is all the stop
+let through.
 
 Stop latency: the `stopped` reply carries `seconds`, measured inside the
 daemon from the stop op to the stopped streams closed and the devices
@@ -62,11 +68,13 @@ pytestmark = [
 
 ANNOUNCEMENT = ["Dinner is ready.", "Please come to the kitchen."]
 # Ten sentences at 100 ms a delta of a few characters: about 20 s if nobody stops it.
-LONG = " ".join(f"This is sentence number {n} of a long answer." for n in range(1, 11))
+LONG_SENTENCES = [f"This is sentence number {n} of a long answer." for n in range(1, 11)]
+LONG = " ".join(LONG_SENTENCES)
 MAX_ANNOUNCE = 300
 STOP_TRIES = 3
 STOP_LIMIT = 0.2
 CHUNK_BYTES = tts.CHUNK_SAMPLES * 2  # one audio-chunk of the server: 16-bit mono
+MARKER = "This comes after the stop."
 SLEEPER = ("import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); "
            "time.sleep(float(sys.argv[2]) if sys.argv[2].isdigit() else 0)")
 
@@ -142,6 +150,29 @@ def setup(tmp_path_factory, mock):
     setup = Setup(tmp_path_factory.mktemp("announce"), mock)
     yield setup
     setup.close()
+
+
+def sink_tail(setup: Setup, size: int) -> bytes:
+    """The last `size` bytes of the sink, read alone: the sink grows over the module."""
+    with open(setup.sink, "rb") as sink:
+        sink.seek(max(0, sink.seek(0, os.SEEK_END) - size))
+        return sink.read()
+
+
+def marker_heard(setup: Setup) -> bytes:
+    """Announce MARKER on the voice device after a stop and wait until the sink
+    ends with its audio (as espeak-ng makes it); return that audio. Nothing of
+    the stopped ask can reach the sink after it: the ask's final reply came
+    before the announcement was made, so its events are ahead of MARKER's in
+    the device's inbox, and the device plays one TTS connection at a time, in
+    order: the old connection's audio is played before the new one's starts,
+    or on the same connection (a stop that did not reconnect), before
+    MARKER's, which the server answers after it."""
+    marker = tts.espeak_pcm(MARKER)[3]
+    with setup.daemon.client() as client:
+        assert client.call("announce", text=MARKER, device="voice")["type"] == "announced"
+    wait_until(lambda: sink_tail(setup, len(marker)) == marker, "the marker's audio", 30)
+    return marker
 
 
 def heard(setup: Setup, texts: list[str], before: int) -> bytes:
@@ -263,19 +294,27 @@ def test_stop_during_a_slow_answer_ends_stream_synthesis_and_playback(setup):
             with setup.daemon.client() as client:
                 return client.call("stop", session=session)
 
+        asked = setup.wait_voice()["voice"]["sentences"]
+        before, logged = setup.sink_bytes(), len(setup.spoken())
         stopped, got, final = stop_a_slow_answer(setup, session, stop)
         assert stopped["type"] == "stopped", stopped
         assert [ask["session"] for ask in stopped["asks"]] == [session]
         assert "voice" in stopped["devices"]  # it was saying that answer
-        check_stopped(setup, session, got)
+        said = check_stopped(setup, session, got)
+        marker = marker_heard(setup)  # whatever of the old answer was still to come has come
         voice = setup.devices()["voice"]
         # No audio reached the sink after the stop but the chunk being written then.
         assert voice["audio_after_stop"] <= CHUNK_BYTES
-        size = setup.sink_bytes()
-        logged = len(setup.spoken())
-        # The mock would have sent the next sentence by now; nothing of it is heard.
-        time.sleep(timeout(1.5))
-        assert setup.sink_bytes() == size and len(setup.spoken()) == logged
+        # Only sentences complete before the stop were synthesized, never the
+        # rest of the text (a sentence the server got before the stop may be
+        # logged after MARKER, by the old connection's handler).
+        whole = [sentence for sentence in LONG_SENTENCES if sentence in said]
+        synthesized = [text for text in setup.spoken()[logged:] if text != MARKER]
+        assert set(synthesized) <= set(whole)
+        assert voice["sentences"] - asked - 1 <= len(whole)  # less MARKER's
+        # and before MARKER the sink has a start of what espeak-ng made of them
+        old = setup.sink.read_bytes()[before:-len(marker)]
+        assert old and expected_pcm(synthesized).startswith(old)
         seconds.append(stopped["seconds"])
         finals.append(final)
     print(f"\nstop latency, inside the daemon (stop op to streams closed and devices "
@@ -462,7 +501,11 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
                                                                       server_streams):
     """What the server still sends for a silenced answer is never played: after
     the old answer's first audio, silence(); the sink then has a prefix of the
-    old answer's audio and, after it, exactly the next answer's."""
+    old answer's audio and, after it, exactly the next answer's. Once the next
+    answer is heard, nothing of the old one can still come: the device plays
+    one connection at a time, in order, so the old connection's audio either
+    came before the new one started or, on a connection the stop did not end,
+    comes before the next answer's, which the server makes after it."""
     speech, log, sink = await started(tts_server, tmp_path, server_streams)
     async with running(speech) as inbox:
         old = " ".join(MANY)
@@ -483,7 +526,6 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
         await inbox.put(Event("done", {"text": " ".join(FRESH)}, NEW))
         fresh = expected_pcm(FRESH)
         await until(lambda: sink.exists() and sink.read_bytes().endswith(fresh), 30)
-        await trio.sleep(timeout(0.5))  # what the old connection could still have brought
     heard = sink.read_bytes()
     assert heard.endswith(fresh)
     before = heard[:-len(fresh)]
@@ -492,35 +534,42 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
 
 
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 names only from 3.10 on Linux
-CARD_BUFFER = 4096   # bytes the FIFO holds: about 93 ms of espeak-ng's 22050 Hz 16-bit mono
+CARD_BUFFER = 4096   # bytes asked of the FIFO: about 93 ms of espeak-ng's 22050 Hz 16-bit mono
 CARD_RATE = 44100    # bytes a second the card takes: that audio's own rate
 
 
 class PacedCard(threading.Thread):
     """The sound card behind aplay: ALSA's file plugin writes what aplay
     plays into a FIFO, which this reads at the audio's own rate, so aplay is
-    held back as by a real card. reads: (monotonic time, bytes) of each read."""
+    held back as by a real card. buffer: the bytes the FIFO holds (the
+    kernel's page, CARD_BUFFER or more); received(): the bytes played so far."""
 
     def __init__(self, fifo: Path) -> None:
         super().__init__(daemon=True)
         os.mkfifo(fifo)
         self.fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        fcntl.fcntl(self.fd, F_SETPIPE_SZ, CARD_BUFFER)
-        self.reads: list[tuple[float, int]] = []
+        self.buffer = fcntl.fcntl(self.fd, F_SETPIPE_SZ, CARD_BUFFER)
+        self._played = bytearray()
+        self._lock = threading.Lock()  # a read is counted by received() once it is kept
         self.done = threading.Event()
 
     def run(self) -> None:
         tick = 0.01
         while not self.done.wait(tick):
-            try:
-                data = os.read(self.fd, int(CARD_RATE * tick))
-            except BlockingIOError:
-                continue
-            if data:
-                self.reads.append((time.monotonic(), len(data)))
+            with self._lock:
+                try:
+                    self._played += os.read(self.fd, int(CARD_RATE * tick))
+                except BlockingIOError:
+                    continue
 
-    def after(self, moment: float) -> int:
-        return sum(n for at, n in list(self.reads) if at > moment)
+    def received(self) -> int:
+        with self._lock:
+            return len(self._played)
+
+    def find(self, pcm: bytes, start: int) -> int:
+        """Where pcm begins in what was played from `start` on, or -1."""
+        with self._lock:
+            return self._played.find(pcm, start)
 
     def close(self) -> None:
         self.done.set()
@@ -532,11 +581,16 @@ class PacedCard(threading.Thread):
 @pytest.mark.trio
 async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
     """aplay, paced by a card that plays in real time, is killed by silence():
-    the card gets no byte more than its own buffer held at the stop, where
-    letting aplay finish would give it what aplay and its pipe still hold
-    (up to 64 KiB more)."""
+    the card gets no more after the stop than its own buffer held and the one
+    write aplay was making (a pipe writer woken by SIGKILL fills the room the
+    reader made before it sees the signal), where letting aplay finish would
+    give it what aplay and its pipe still hold (up to 64 KiB more). A marker
+    sentence after the stop says when that is all in: the device plays one
+    connection at a time, so the old aplay is gone (or, not killed, has
+    played what it had) before the marker's aplay starts."""
     address, _, sock = tts_server(streaming=False)
     await until(lambda: listening(sock), 20)
+    marker = expected_pcm([MARKER])
     card = PacedCard(tmp_path / "card.fifo")
     card.start()
     try:
@@ -546,16 +600,15 @@ async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
         async with running(speech) as inbox:
             for sentence in MANY[:3]:
                 await inbox.put(Event("sentence", {"text": sentence}, OLD))
-            await until(lambda: card.after(0) > CARD_BUFFER, 30)  # playing, held back
-            stopped_at = time.monotonic()
+            await until(lambda: card.received() > card.buffer, 30)  # playing, held back
             inbox.discard(lambda event: event.request == OLD)  # what the hub does at a stop
             assert speech.silence(frozenset({request_key(OLD)}))
-            await trio.sleep(timeout(1))  # a card that still got audio would have it by now
-        late = card.after(stopped_at)
-        last = max(at for at, _ in card.reads) - stopped_at
+            at_stop = card.received()  # aplay has been sent SIGKILL
+            await inbox.put(Event("sentence", {"text": MARKER}, NEW))
+            await until(lambda: card.find(marker, at_stop) >= 0, 30)
+        late = card.find(marker, at_stop) - at_stop
         print(f"\naplay stopped: {late} bytes reached the card after the stop "
-              f"({late / CARD_RATE * 1000:.0f} ms of audio, what its buffer held), the last "
-              f"{last * 1000:.0f} ms after it")
-        assert late <= CARD_BUFFER
+              f"({late / CARD_RATE * 1000:.0f} ms of audio, what its buffer held)")
+        assert late <= 2 * card.buffer
     finally:
         card.close()
