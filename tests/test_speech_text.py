@@ -55,6 +55,9 @@ BLOCKS = [
     ("#hashtag", "#hashtag"),
     ("- one\n- two.\n* three?\n+ four", "one.\ntwo.\nthree?\nfour."),
     ("1. first\n2) second\n10. tenth:", "first.\nsecond.\ntenth:"),
+    ("999. last\n2020. It was", "last.\n2020. It was"),  # four digits: a year, not an item
+    ("1) one\n1999) was it", "one.\n1999) was it"),
+    ("3.14 is pi\n1.no space", "3.14 is pi\n1.no space"),
     ("- [ ] open\n- [x] done", "open.\ndone."),
     ("  - nested\n    1. deeper", "nested.\ndeeper."),
     ("> quoted\n> > twice", "quoted\ntwice"),
@@ -63,9 +66,9 @@ BLOCKS = [
     ("-5 degrees", "-5 degrees"),
     ("2020 was a year", "2020 was a year"),
     ("line\r\nbreaks\rand\u2028more", "line\nbreaks\nand\nmore"),
-    ("| Room | °C |\n|:-----|---:|\n| Hall | 19 |", "Room , °C .\n\nHall , 19 ."),
+    ("| Room | °C |\n|:-----|---:|\n| Hall | 19 |", "Room, °C.\n\nHall, 19."),
     ("|a|b", "a,b."),
-    ("| not a delimiter - row |", "not a delimiter - row ."),
+    ("| not a delimiter - row |", "not a delimiter - row."),
     ("a | b, outside a table", "a | b, outside a table"),
 ]
 
@@ -88,11 +91,17 @@ LINKS_AND_URLS = [
     ("Go to https://www.example.org/path?q=1. Then", "Go to example.org. Then"),
     ("HTTP://Example.COM/x", "Example.COM"),
     ("(see https://x.com/a)", "(see x.com)"),
-    ("<https://x.io/a> or <b>", "x.io or <b>"),
+    ("<https://x.io/a> or <city>", "x.io or <city>"),
     ("www.example.com is, www. is not", "example.com is, www. is not"),
     ("a url, http://host:8080/x: done", "a url, host: done"),
     ("[https://x.com/a](https://x.com/a)", "x.com"),
     ("notwww.example.com and xhttps://a.b", "notwww.example.com and xhttps://a.b"),
+    ("See https://en.wikipedia.org/wiki/Foo_(bar) now", "See en.wikipedia.org now"),
+    ("(see https://en.wikipedia.org/wiki/Foo_(bar)).", "(see en.wikipedia.org)."),
+    ("https://x.org/a_(b_(c))_d, then", "x.org, then"),
+    ("[Foo](https://en.wikipedia.org/wiki/Foo_(bar)) is it", "Foo is it"),
+    ("<https://en.wikipedia.org/wiki/Foo_(bar)>.", "en.wikipedia.org."),
+    ("[a](b(c) is no link", "[a](b(c) is no link"),
 ]
 
 CHARACTERS = [
@@ -103,11 +112,41 @@ CHARACTERS = [
     ("tab\there", "tab here"),
     ("Hindi क्\u200dष stays", "Hindi क्\u200dष stays"),
     ("lone \ud800 surrogate", "lone  surrogate"),
+    ("Party 🎉!", "Party!"),  # the space was the emoji's
+    ("thumbs 👍🏽, yes , as typed", "thumbs, yes , as typed"),
+]
+
+SPACES_AND_MARKS = [
+    ("- one  \n| a | b |", "one.\na, b."),  # the cleaner's period and comma
+    ("| Yes. | | 🎉 | No |", "Yes. No."),  # no comma after a pause or an empty cell
+    ("| 🎉 | b |\n🎉 Hi", "b.\nHi"),
+    ("Wow! 🎉!", "Wow! !"),  # a space after a mark is said at once: see the docstring
+    ("Wait 🎉 . Then", "Wait. Then"),
+    ("a <b>x</b> ;<br> b", "a x; b"),
+    ("ends 🎉 \nline", "ends  \nline"),  # the input's spaces at a line's end stay
+]
+
+HTML = [
+    ("one<br>two<br/>three<br />four", "one, two, three, four"),
+    ("Done.<br>Next <br> one", "Done. Next, one"),
+    ("<br>Start", "Start"),
+    ("- item<br>\n| a<br>b | c |", "item.\na, b, c."),
+    ("<p>One</p><p>Two</p>", "One, Two"),
+    ("Some <b>bold</b>, <I>it</I> and <span class=\"x\">span</span>.",
+     "Some bold, it and span."),
+    ("E = mc<sup>2</sup>, H<sub>2</sub>O", "E = mc2, H2O"),
+    ("a <!-- a comment --> b<!--\nacross lines-->c", "a  bc"),
+    ("a < b, x<3, x <= y, 1<2>0", "a < b, x<3, x <= y, 1<2>0"),
+    ("<city> and <your key> stay", "<city> and <your key> stay"),
+    ("<b unclosed, <br/ x>, </b x>, <!-- open", "<b unclosed, <br/ x>, </b x>, <!-- open"),
+    ("`<b>code</b>` is code", "<b>code</b> is code"),
+    ("[**<b>x</b>**](u)", "x"),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"),
-                         EMPHASIS + BLOCKS + CODE + LINKS_AND_URLS + CHARACTERS)
+                         EMPHASIS + BLOCKS + CODE + LINKS_AND_URLS + CHARACTERS
+                         + SPACES_AND_MARKS + HTML)
 def test_rule(text, expected):
     check(text, expected)
 
@@ -120,8 +159,9 @@ def test_a_code_block_can_say_a_placeholder():
 
 def test_emoji_can_be_said_by_name():
     options = SpeechOptions(emoji_names=True)
-    check("Done 🎉!", "Done  party popper !", options)
-    check("flag 🇩🇪, ok", "flag , ok", options)  # a flag's letters are no name to say
+    check("Done 🎉!", "Done party popper!", options)  # one space, none before a mark
+    check("🎉 yay 🎉\nnext", "party popper yay party popper\nnext", options)
+    check("flag 🇩🇪, ok", "flag, ok", options)  # a flag's letters are no name to say
 
 
 def test_tool_call_phrase():
@@ -134,11 +174,13 @@ def test_tool_call_phrase():
 def test_feed_returns_what_is_certain_and_holds_back_only_what_it_must():
     cleaner = SpeechCleaner()
     assert cleaner.feed("The answer is **forty") == "The answer is forty"
-    assert cleaner.feed("-two** and see ") == "-two and see "
-    assert cleaner.feed("https://exa") == ""  # the host is not over yet
-    assert cleaner.feed("mple.com/a/b") == "example.com"
-    assert cleaner.feed(" [the") == " "    # a link, perhaps
-    assert cleaner.feed(" page](https://q.org)") == "the page"
+    assert cleaner.feed("-two** and see") == "-two and see"
+    assert cleaner.feed(" https://exa") == ""  # the host is not over yet
+    assert cleaner.feed("mple.com/a/b") == " example.com"
+    assert cleaner.feed(" [the") == ""     # a space waits for what follows it, here a link perhaps
+    assert cleaner.feed(" page](https://q.org)") == " the page"
+    assert cleaner.feed(" <b") == ""       # a tag, perhaps
+    assert cleaner.feed(">x<3") == " x<3"  # the 3 tells this < from a tag
     assert cleaner.close() == ""
 
 
@@ -164,6 +206,7 @@ def test_close_ends_an_item_and_resets_the_cleaner():
 TOKENS = ["|", "|---", ":-:", "*", "**", "_", "__", "~", "~~", "`", "```", "~~~", "#", "## ", "- ", "* ", "+ ",
           "1. ", "2) ", "> ", "[", "]", "(", ")", "![", "<", ">", "\\", "\n", "\r", " ",
           "\t", "---", "===", "[x] ", "https://", "http://", "www.", "example.com", "/path",
+          "_(bar)", "<br>", "<b>", "</b>", "<sup ", "/>", "<!--", "-->", "2020. ", "<3",
           "?q=1", ".", ",", "!", ":", "word", "snake_case", "42", "🎉", "👍🏽", "\u200d",
           "\ufe0f", "\x00", "\x07", "\u202e", "\u2028", "🇩🇪", "é", "क्"]
 texts = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join) | st.text(max_size=80)

@@ -7,20 +7,27 @@ returns the rest at the end of the answer. Where the answer was cut into
 pieces never changes the result: a decision that needs a character not yet
 received waits for it, and what is held back is bounded (MAX_HOLD
 characters from the construct's first character, after which it is
-decided as if the text had ended there). clean() does a whole text at once.
+decided as if the text had ended there). The text's spaces after a letter
+or digit, on a table's row or a list item's line wait for the text after
+them (they may have to go, see below), so what feed() returns may lack the
+last spaces received; after a mark, where a sentence or a clause may end,
+they are written at once. clean() does a whole text at once.
 
 Rules, by line:
 - Line breaks (\\n, \\r\\n, \\r and the others str.splitlines knows) become \\n.
 - Indentation and blockquote markers (`>`) at a line's start are dropped.
 - `#` to `######` followed by a space (a heading), `-`, `*` or `+` followed
-  by a space (a bullet, with a task box `[ ]`/`[x]` after it) and 1 to 9
+  by a space (a bullet, with a task box `[ ]`/`[x]` after it) and 1 to 3
   digits with `.` or `)` followed by a space (a numbered item) are dropped;
   such a line that ends without a pause mark (`.!?…:;,` and their CJK forms)
-  gets a period, so a voice pauses between items.
+  gets a period, so a voice pauses between items. CommonMark allows 9
+  digits, but a line starting "2020. It was" is a year far more often than
+  a list's two-thousand-and-twentieth item: four digits or more are text.
 - A line of only one of `-*_=` (and spaces), a rule or a heading's
   underline, says nothing.
 - A table's row (a line starting with `|`) says its cells separated by
-  commas and ends with a period; its delimiter row (`|---|:-:|`) says nothing.
+  commas (none after a cell that ends with a pause mark or says nothing) and
+  ends with a period; its delimiter row (`|---|:-:|`) says nothing.
 - A fenced code block (a line starting with 3 or more backticks or tildes,
   up to a line with at least as many of the same) is not read out: the
   options' code_placeholder is said instead, on a line of its own (nothing
@@ -39,12 +46,27 @@ Rules, inline:
 - A bare URL (`http://` or `https://` at a word's start, or `www.` followed
   by a letter or digit) says its host without `www.`: "example.com". The
   punctuation that ends a sentence after it is kept.
+- A `)` that closes a `(` of a URL's path belongs to the URL, bare or a
+  link's: in "(see https://x.org/Foo_(bar))." the URL ends before ")."
+- HTML tags of HTML's elements (`<b>`, `</sup>`, `<span class="x">`,
+  `<br/>`) and comments (`<!-- -->`, which may span lines) are dropped, their
+  text kept: "mc<sup>2</sup>" says "mc2". A tag that breaks a line (`br`,
+  `p`, `li`, `td`, `hr`, headings and a few more) is a pause: a comma, if
+  none is there, and a space. Any other `<` is text ("a < b", "x<3",
+  "<city>").
 - Emoji (pictographs, dingbats, flags) are dropped, or said as their
   Unicode name ("party popper") when emoji_names is set; the characters that
   only modify them (variation selectors, skin tones, keycaps, tags, a ZWJ
   after an emoji) are dropped in both cases.
 - Control, format, surrogate and private-use characters are dropped (a ZWJ
   or ZWNJ inside a word stays: scripts need them); a tab is a space.
+- No space goes before `, . ; : ! ?` where the cleaner made the space (an
+  emoji's name is set off by one space each side, the text's own spaces
+  there included), made the mark (a table's comma, an item's period) or
+  dropped something between them (an emoji, a tag, a control character):
+  "Room, Degrees.", "Done party popper!", "Party!" for "Party 🎉!". The
+  text's own "a , b" stays. Nor is a space said before a line's first word
+  ("🎉 Hi" says "Hi").
 
 Bounds: with the default options the output is never longer than the
 input. A placeholder adds at most its length and a line break per code
@@ -71,7 +93,16 @@ _RULE_CHARS = "-*_="
 _URL_END_PUNCTUATION = ".,;:!?'\")]}"
 _URL_STOPS = _BREAKS + _SPACES + "<>\"`"
 _SCHEMES = ("https://", "http://", "www.")
-_ORDERED = re.compile(r"\d{1,9}[.)]")
+_ORDERED = re.compile(r"\d{1,3}[.)]")
+_MARKS = ",.;:!?"   # no space before these where the cleaner made the space or the mark
+# HTML elements whose tags are dropped (their text kept); any other `<word>`
+# ("<city>", "<your key>") is text. Those of _PAUSE_TAGS break a line: a pause.
+_HTML_TAGS = frozenset("""a abbr b bdi bdo big blockquote br center cite code dd del details dfn
+    div dl dt em figcaption figure font h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q
+    s samp small span strike strong sub summary sup table tbody td tfoot th thead tr tt u ul
+    var wbr""".split())
+_PAUSE_TAGS = frozenset("br hr p div li tr td th dd dt h1 h2 h3 h4 h5 h6 blockquote".split())
+_TAG_NAME_CHARS = string.ascii_letters + string.digits
 _TASK_BOX = re.compile(r"\[[ xX]\]")
 # Text no inline rule applies to, written as it is in one go: letters and
 # digits, but h and w only inside a word (at a word's start one may begin a
@@ -121,7 +152,8 @@ class _Wait(Exception):
 class SpeechCleaner:
     """One answer's text, fed in pieces, cleaned for speech (the rules above).
     The state is the line's (start, item, table), a code block or span, a URL
-    being skipped, and the undecided text, at most a few MAX_HOLD long."""
+    being skipped, the gap after the last text written (spaces to write or
+    not), and the undecided text, at most a few MAX_HOLD long."""
 
     def __init__(self, options: SpeechOptions = SpeechOptions()) -> None:
         self.options = options
@@ -139,7 +171,16 @@ class SpeechCleaner:
         self._url = False            # in a bare URL after its host: skipped
         self._emoji = False          # the last character decided was an emoji
         self._table = False          # the line is a table's row
+        self._url_parens = 0         # brackets open in the URL being skipped
         self._out: list[str] = []
+        self._clear_gap()
+
+    def _clear_gap(self) -> None:
+        # Between the last text written and the next: not yet written, since
+        # the next may be a mark that takes no space before it.
+        self._spaces = 0             # the input's spaces
+        self._gap = ""               # the cleaner's instead: " " (a word break) or "," (a pause)
+        self._dropped = False        # the cleaner dropped something since the last text
 
     def feed(self, text: str) -> str:
         # In pieces, which changes nothing (the result does not depend on
@@ -204,19 +245,53 @@ class SpeechCleaner:
                 return None
         return None
 
-    def _emit(self, text: str) -> None:
-        if text:
-            self._out.append(text)
-            stripped = text.rstrip()
-            if stripped:
-                self._last = stripped[-1]
+    def _emit(self, text: str, own: bool = False) -> None:
+        """Write text, the input's or (own) the cleaner's; its spaces at
+        either end wait for what follows them."""
+        body = text.strip(" ")
+        self._space(len(text) - len(text.lstrip(" ")), own)
+        if not body:
+            return
+        self._write_gap(body[0], own)
+        self._out.append(body)
+        stripped = body.rstrip()
+        if stripped:
+            self._last = stripped[-1]
+        self._space(len(text) - len(text.rstrip(" ")), own)
+
+    def _space(self, count: int, own: bool) -> None:
+        if not count or not self._last:
+            return  # nothing said on this line yet ("🎉 Hi"): no space to say
+        if own:
+            self._gap = self._gap or " "
+        elif self._gap or self._table or self._item or _is_word(self._last):
+            self._spaces += count  # a mark may follow that takes none: see _write_gap
+        else:
+            # after a sentence's or clause's mark: the segmenter cuts at this space
+            self._out.append(" " * count)
+
+    def _write_gap(self, first: str, own: bool) -> None:
+        """What goes between the last text written and the next, which starts
+        with first (written by the cleaner if own)."""
+        if first in _MARKS and (own or self._gap or self._dropped):
+            pass  # the cleaner made the space or the mark: none before it
+        elif self._gap and self._last:
+            comma = self._gap == "," and self._last not in _PAUSES
+            self._out.append(", " if comma else " ")
+        else:
+            self._out.append(" " * self._spaces)
+        self._clear_gap()
 
     def _end_line(self, newline: str) -> None:
         if self._item and self._last and self._last not in _PAUSES:
-            self._out.append(".")
+            self._out.append(".")  # the cleaner's mark: the spaces before it go
+        elif not self._gap:
+            self._out.append(" " * self._spaces)
+        self._clear_gap()
         self._out.append(newline)
         self._line_start, self._item, self._last = True, False, ""
         self._code, self._url, self._prev, self._table = 0, False, "\n", False
+        self._url_parens = 0
 
     def _step(self, text: str, i: int) -> tuple[int, str]:
         char = text[i]
@@ -358,6 +433,9 @@ class SpeechCleaner:
         if char in _URL_STOPS:
             self._url = False
             return i
+        if char == "(" or (char == ")" and self._url_parens):
+            self._url_parens += 1 if char == "(" else -1
+            return i + 1  # "wiki/Foo_(bar)": a bracket closed in the URL is the URL's
         if char in _URL_END_PUNCTUATION:
             end = self._run_end(text, i, _URL_END_PUNCTUATION)
             after = self._char_at(text, end)
@@ -366,7 +444,7 @@ class SpeechCleaner:
                 return i
             return end
         end = i
-        while end < len(text) and text[end] not in _URL_STOPS + _URL_END_PUNCTUATION:
+        while end < len(text) and text[end] not in _URL_STOPS + _URL_END_PUNCTUATION + "(":
             end += 1
         return end
 
@@ -399,13 +477,24 @@ class SpeechCleaner:
             after = self._char_at(text, end)
             if after == "" or after in _BREAKS:
                 return end, text  # the row's closing bar
-            self._emit(",")
+            if self._last and self._last not in _PAUSES:
+                self._emit(",", own=True)
+            else:
+                self._gap = self._gap or " "
             self._prev = " "
             return i + 1, text
         elif char == "<":
-            close = self._find(text, i + 1, ">")
-            if close is not None and self._url_scheme(text, i + 1) == "full":
+            # the scheme first: it needs a few characters, the `>` the line
+            close = self._find(text, i + 1, ">") if self._url_scheme(text, i + 1) == "full" else None
+            if close is not None:
                 return i, text[:i] + text[i + 1:close] + text[close + 1:]
+            tag = self._tag(text, i)
+            if tag is not None:
+                end, pause = tag
+                if pause:
+                    self._gap, self._prev = ",", " "
+                self._dropped = True
+                return end, text
         elif self._url_starts(text, i):
             return self._url_host(text, i), text
         return self._character(text, i), text
@@ -436,10 +525,56 @@ class SpeechCleaner:
         close = self._find(text, start + 1, "]")
         if close is None or self._char_at(text, close + 1) != "(":
             return None
-        end = self._find(text, close + 2, ")")
+        end = self._destination_end(text, close + 2)
         if end is None:
             return None
         return end + 1, text[start + 1:close]
+
+    def _destination_end(self, text: str, start: int) -> int | None:
+        """The `)` that ends a link's destination, brackets in it balanced as
+        CommonMark allows ("wiki/Foo_(bar)"), within MAX_HOLD characters and
+        before a line break; None if there is none."""
+        depth = 0
+        for index in range(start, start + MAX_HOLD):
+            char = self._char_at(text, index)
+            if char == "" or char in _BREAKS:
+                return None
+            if char == ")" and not depth:
+                return index
+            depth += {"(": 1, ")": -1}.get(char, 0)
+        return None
+
+    def _tag(self, text: str, i: int) -> tuple[int, bool] | None:
+        """(end, whether it is a pause) of an HTML tag or comment at i, or None."""
+        if self._char_at(text, i + 1) == "!":
+            self._need(text, i + 4)
+            if not text.startswith("<!--", i):
+                return None
+            for index in range(i + 4, i + MAX_HOLD):  # a comment may span lines
+                char = self._char_at(text, index)
+                if char == "":
+                    return None
+                if char == ">" and text[index - 2:index] == "--":
+                    return index + 1, False
+            return None
+        start = i + 2 if text[i + 1:i + 2] == "/" else i + 1
+        first = self._char_at(text, start)
+        if not first or first not in string.ascii_letters:
+            return None  # "x<3", "a < b": no tag's name
+        end = self._run_end(text, start, _TAG_NAME_CHARS)
+        name = text[start:end].lower()
+        if name not in _HTML_TAGS:
+            return None
+        after = self._char_at(text, end)
+        if start == i + 2:  # a closing tag: "</b >", no attributes
+            close = self._run_end(text, end, _SPACES)
+        elif after and after in _SPACES:  # attributes, or a space before the `>`
+            close = self._find(text, end, "<>")
+        else:
+            close = end + (after == "/")  # "<br/>"
+        if close is None or self._char_at(text, close) != ">":
+            return None
+        return close + 1, name in _PAUSE_TAGS
 
     def _url_starts(self, text: str, i: int) -> bool:
         return not _is_word(self._prev) and self._prev not in "/.@-_" \
@@ -473,6 +608,7 @@ class SpeechCleaner:
             host = host[4:]
         self._emit(host)
         self._url = bool(after) and after not in _URL_STOPS + ".-_"
+        self._url_parens = 0
         self._prev = "/"
         return end
 
@@ -481,20 +617,21 @@ class SpeechCleaner:
         code = ord(char)
         self._prev = char
         if _is_emoji_modifier(code) or (char == "\u200d" and self._emoji):
+            self._dropped = True
             return i + 1
         if _is_emoji(code):
-            self._emoji = True
+            self._emoji = self._dropped = True
             if self.options.emoji_names and not 0x1F1E6 <= code <= 0x1F1FF:
                 name = unicodedata.name(char, "").lower()[:MAX_NAME]
                 if name:
-                    self._emit(f" {name} ")
+                    self._emit(f" {name} ", own=True)
             return i + 1
         self._emoji = False
         if char == "\t":
             self._emit(" ")
         elif unicodedata.category(char) in ("Cc", "Cs", "Co") or (
                 unicodedata.category(char) == "Cf" and char not in "\u200c\u200d"):
-            pass
+            self._dropped = True
         else:
             self._emit(char)
         return i + 1
