@@ -262,15 +262,14 @@ class Inbox:
         # A cancelled reader takes nothing: without this check, a device whose
         # connection a stop cancelled would go on taking queued events until
         # its next checkpoint, and lose them there (the next connection's).
+        # Not cancelled, it does not yield: a serial board's TEXT before a
+        # CALL relies on the forwarder taking a queued sentence at once.
         await trio.lowlevel.checkpoint_if_cancelled()
         while not self._events:
             await self._readable.park()
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
-        # a yield that cannot cancel: the event is taken, and a device that
-        # skips events does not keep the loop to itself
-        await trio.lowlevel.cancel_shielded_checkpoint()
         return event
 
     def __aiter__(self):
