@@ -325,7 +325,7 @@ class WyomingSpeech(Device):
         voice = {"voice": self.voice} if self.voice else {}
         open_answers: dict[tuple, _StreamedAnswer] = {}
         async for event in inbox:
-            key = tuple(sorted(event.request.items()))
+            key = request_key(event.request)
             if event.type == "tool_call":
                 if not (self.speech and self.speech.speak_tool_calls):
                     continue
