@@ -196,6 +196,6 @@ vm)
     ;;
 fuzz)
     setup_c
-    make -C csrc fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+    make -C csrc -j2 --output-sync=target fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
     ;;
 esac
