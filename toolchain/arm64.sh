@@ -22,12 +22,13 @@
 # Environment: ARM64_WORK, HOMEAGENT_TEST_SCALE (0.2 in the emulated run),
 # HOMEAGENT_TIMEOUT_SCALE (10), PYTHON (the host interpreter: .venv/bin/python
 # if present, else python3; it makes the build venv and installs the site),
-# PYTEST_ARGS (extra pytest arguments, e.g. "-x -k binding").
+# PYTEST_ARGS (extra pytest arguments, e.g. "-x -k binding"), ARM64_WORKERS
+# (emulated pytest processes, 2; 1 runs the suite in one process).
 # Idempotent: the sysroot and the build venv are reused, the wheel and the
 # site are rebuilt.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-all}" in
     all|sysroot|buildenv|wheel|site|test) job=${1:-all} ;;
     -h|--help) usage; exit 0 ;;
@@ -252,6 +253,14 @@ do_test() {
         *) echo "arm64.sh: agent.stream._core does not come from $TSITE" >&2; exit 1 ;;
     esac
 
+    # Two emulated pytest workers (pytest-xdist, each a whole test file at a
+    # time, so that module fixtures start once): the suite is most of the
+    # CI's time, and one process leaves a core idle once the host suite and
+    # the VM runs beside it are done.
+    local workers=()
+    if [ "${ARM64_WORKERS:-2}" -gt 1 ]; then
+        workers=(--dist loadfile --tx "${ARM64_WORKERS:-2}*popen//python=$PYARM")
+    fi
     local out=$WORK/pytest.log
     t0=$SECONDS
     set +e
@@ -261,7 +270,7 @@ do_test() {
         HOMEAGENT_TEST_SCALE="${HOMEAGENT_TEST_SCALE:-0.2}" \
         HOMEAGENT_TIMEOUT_SCALE="${HOMEAGENT_TIMEOUT_SCALE:-10}" \
         "$PYARM" -m pytest -p no:cacheprovider -q -ra --junitxml="$WORK/pytest.xml" \
-        ${PYTEST_ARGS:-} tests) 2>&1 | tee "$out"
+        "${workers[@]}" ${PYTEST_ARGS:-} tests) 2>&1 | tee "$out"
     local rc=${PIPESTATUS[0]}
     set -e
     STAGE_TIME[pytest]=$((SECONDS - t0))

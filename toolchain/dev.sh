@@ -8,16 +8,14 @@
 #                           pytest suite, toolchain/arm64.sh (the aarch64 wheel,
 #                           the C tests and the whole pytest suite under
 #                           qemu-aarch64) and, beside them, toolchain/vm.sh (the
-#                           service on a booted Debian 12, x86_64; VM=all also
-#                           aarch64)
+#                           service on a booted Debian 12, x86_64 then aarch64)
 #   toolchain/dev.sh fuzz   the libFuzzer targets, FUZZ_SECONDS each (60)
 #   toolchain/dev.sh vm     only toolchain/vm.sh, in the foreground
 #
 # Debian packages are installed with apt-get (through sudo when not root).
 # The venv is .venv in the checkout; PYTHON picks the interpreter (python3).
-# VM=all runs the VM checks on aarch64 too (about 30 minutes more of one core
-# under TCG: more than CI's budget leaves), VM=skip leaves them out (the job
-# says so at its end).
+# VM=x86_64 or VM=aarch64 runs the VM checks on one architecture only,
+# VM=skip leaves them out (the job says so at its end).
 set -euo pipefail
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -80,20 +78,20 @@ as_root() {
 }
 
 # toolchain/vm.sh in the background beside the rest of the test job: under
-# TCG it keeps a core busy for most of the job, as each of the two pytest
-# suites (one process each) does. It runs in a session of its own
+# TCG it keeps a core busy for most of the job (one VM at a time), beside
+# the host suite and the emulated one's two workers. It runs in a session of its own
 # (setsid: vm.sh's pid is its process group), so that a test job that ends
 # early stops it and its qemu with it. Its output goes to build/vm/vm.log;
 # vm_wait prints its summary.
 VM_LOG=$root/build/vm/vm.log
 vm_pid=
 vm_start() {
-    local arches=(x86_64)
+    local arches=(x86_64 aarch64)
     case "${VM:-}" in
         skip) return 0 ;;
-        all) arches=(x86_64 aarch64) ;;
-        "") ;;
-        *) echo "dev.sh: VM=$VM: all, skip or unset" >&2; exit 2 ;;
+        x86_64|aarch64) arches=("$VM") ;;
+        ""|all) ;;
+        *) echo "dev.sh: VM=$VM: x86_64, aarch64, skip or unset (both)" >&2; exit 2 ;;
     esac
     setup_vm
     mkdir -p "$(dirname "$VM_LOG")"
