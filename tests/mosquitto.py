@@ -42,6 +42,15 @@ def require_mosquitto() -> None:
                     "not found")
 
 
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A plain broker per test module (import it into the module to use it)."""
+    require_mosquitto()
+    broker = Broker(tmp_path_factory.mktemp("broker")).start()
+    yield broker
+    broker.stop()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -53,6 +62,10 @@ class Message:
     topic: str
     payload: bytes
     retained: bool
+
+    def __repr__(self) -> str:  # a failure's list of them stays readable
+        shown = self.payload[:60] + (b"..." if len(self.payload) > 60 else b"")
+        return f"Message({self.topic!r}, {shown!r}{', retained' if self.retained else ''})"
 
 
 class Broker:
@@ -146,10 +159,17 @@ class Broker:
             if time.monotonic() > deadline:
                 raise AssertionError(f"mosquitto did not save:\n{self.log()}")
             time.sleep(0.02)
-        with socket.create_connection((self.host, self.port), timeout=START_TIMEOUT):
-            while "New connection" not in self.log().rpartition("Saving in-memory")[2]:
+        with socket.create_connection((self.host, self.port), timeout=START_TIMEOUT) as probe:
+            seen = f"New connection from {self.host}:{probe.getsockname()[1]} "
+            while True:
+                log = self.log()
+                saved_at = -1
+                for _ in range(after + 1):
+                    saved_at = log.index("Saving in-memory database", saved_at + 1)
+                if seen in log[saved_at:]:
+                    return
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"mosquitto did not finish saving:\n{self.log()}")
+                    raise AssertionError(f"mosquitto did not finish saving:\n{log}")
                 time.sleep(0.02)
 
     def client_options(self, user: str | None = None) -> list[str]:
@@ -166,22 +186,30 @@ class Broker:
     def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False,
                 user: str | None = None) -> None:
         """One message by mosquitto_pub (the payload from stdin: any bytes)."""
-        argv = ["mosquitto_pub", *self.client_options(user), "-t", topic, "-q", str(qos), "-s"]
+        argv = ["mosquitto_pub", *self.client_options(user), "-t", topic, "-q", str(qos),
+                *(["-s"] if payload else ["-n"])]
         if retain:
             argv.append("-r")
         subprocess.run(argv, input=payload, check=True, capture_output=True,
                        timeout=START_TIMEOUT)
 
-    def subscribe(self, *topics: str, user: str | None = None) -> "Watcher":
-        return Watcher(self, topics, user)
+    def subscribe(self, *topics: str, user: str | None = None,
+                  client_id: str | None = None) -> "Watcher":
+        """client_id: a persistent session of that id (messages for it are
+        queued while it is away), else a clean one."""
+        return Watcher(self, topics, user, client_id)
 
 
 class Watcher:
     """mosquitto_sub on topics, every message kept in arrival order."""
 
-    def __init__(self, broker: Broker, topics: tuple[str, ...], user: str | None) -> None:
-        argv = ["mosquitto_sub", *broker.client_options(user), "-q", "1", "-d",
-                "-F", "@@ %r %t %x"]
+    def __init__(self, broker: Broker, topics: tuple[str, ...], user: str | None,
+                 client_id: str | None) -> None:
+        # line-buffered: its debug lines (the SUBACK) are otherwise held in a pipe
+        argv = ["stdbuf", "-oL", "mosquitto_sub", *broker.client_options(user), "-q", "1", "-d",
+                "-F", "MSG %r %t %x"]
+        if client_id is not None:
+            argv += ["-i", client_id, "-c"]
         for topic in topics:
             argv += ["-t", topic]
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
@@ -196,7 +224,7 @@ class Watcher:
     def _read(self) -> None:
         for raw in self.process.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            if line.startswith("@@ "):
+            if line.startswith("MSG "):
                 _, retained, topic, hex_payload = (line.split(" ", 3) + [""])[:4]
                 self._lines.put(Message(topic, bytes.fromhex(hex_payload), retained == "1"))
             elif "received SUBACK" in line:

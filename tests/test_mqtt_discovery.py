@@ -10,7 +10,7 @@ import pytest
 from agent.mqtt.discovery import EVENT_TYPES, discovery_messages
 from agent.mqtt.topics import Topics, board_name
 from agent.service.config_schema import MqttConfig
-from mosquitto import Broker, require_mosquitto
+from mosquitto import Broker, broker  # noqa: F401 (a fixture)
 
 
 def test_one_retained_config_per_entity_with_one_device_block():
@@ -54,14 +54,6 @@ def test_topics_and_board_names():
     assert board_name("Pi-Kitchen.local") == "pi-kitchen-local"
     assert board_name("Büro 2") == "b-ro-2"
     assert board_name("...") == "homeagent"
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    require_mosquitto()
-    broker = Broker(tmp_path_factory.mktemp("broker")).start()
-    yield broker
-    broker.stop()
 
 
 def test_broker_keeps_a_persistent_session_across_kill_9(broker):
