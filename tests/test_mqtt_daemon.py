@@ -154,6 +154,14 @@ def test_home_assistant_birth_republishes_discovery(alpha, broker, watcher):
     assert payload(watcher.on(config_topic)[-1])["command_topic"] == topic("alpha", "stop")
 
 
+def test_a_retained_ask_runs_live_once(alpha, broker, watcher):
+    """Delivered live, a retained message looks like any other (MQTT 3.1.1
+    clears its flag); the restart test below sees it refused at reconnect."""
+    broker.publish(topic("alpha", "ask"), b'{"text": "Again and again?", "id": "kept"}',
+                   retain=True)
+    watcher.wait(topic("alpha", "done"), is_json(id="kept"))
+
+
 def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, watcher):
     # an observer with a persistent session sees what comes while the broker is away
     observer = broker.subscribe(f"{PREFIX}/alpha/#", client_id="observer")
@@ -175,6 +183,10 @@ def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, w
         observer.wait(topic("alpha", "done"), is_json(id="away"))
         observer.wait(topic("alpha", "availability"), lambda m: m.payload == b"online")
         observer.wait(topic("alpha", "state"), is_json(state="idle"))
+        # the retained ask came again with the subscription, and was not run
+        observer.wait(topic("alpha", "error"), is_json(topic=topic("alpha", "ask"),
+                                                       error="retained_command"))
+        broker.publish(topic("alpha", "ask"), b"", retain=True)  # cleared
     finally:
         observer.close()
     mqtt = status(alpha)

@@ -60,6 +60,8 @@ class MqttService:
         self.bad_payloads = 0
         self.dropped = 0
         self.asks = 0          # in flight
+        self.requests = 0      # announces and stops in flight
+        self.last_heard = 0.0  # trio time of the broker's last bytes
         self.state = "idle"
         self._ids = itertools.count(1)
         self._packet_ids = itertools.cycle(range(1, 65536))
@@ -255,7 +257,11 @@ class MqttService:
         kind = kinds.get(topic)
         if kind is None:
             return  # a topic we did not subscribe to (a broker's own choice)
-        if isinstance(packet, codec.Oversized):
+        if packet.retain:
+            command = messages.Refusal(messages.PayloadError.RETAINED,
+                                       f"{kind}: a retained message would run again at every "
+                                       "connect; publish it without retain")
+        elif isinstance(packet, codec.Oversized):
             command = messages.Refusal(messages.PayloadError.TOO_LARGE,
                                        f"{kind}: {packet.size} bytes, more than "
                                        f"mqtt.max_payload ({config.max_payload})")
@@ -265,6 +271,11 @@ class MqttService:
             command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
                                        f"{self.asks} asks from the broker are running "
                                        f"(mqtt.max_asks {config.max_asks})")
+        elif isinstance(command, (messages.Announce, messages.Stop)) \
+                and self.requests >= config.max_asks:
+            command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
+                                       f"{self.requests} announces and stops from the broker "
+                                       f"are waiting (mqtt.max_asks {config.max_asks})")
         if isinstance(command, messages.Ask) and command.speak_on is not None:
             try:
                 self.check_board(command.speak_on)
@@ -275,10 +286,9 @@ class MqttService:
         elif isinstance(command, messages.Ask):
             self.asks += 1
             self._nursery.start_soon(self._ask, command)
-        elif isinstance(command, messages.Announce):
-            self._nursery.start_soon(self._announce, command)
         else:
-            self._nursery.start_soon(self._stop, command)
+            self.requests += 1
+            self._nursery.start_soon(self._request, command)
 
     def _queue(self, packet: bytes) -> None:
         try:
@@ -325,6 +335,15 @@ class MqttService:
             self.asks -= 1
             self._set_state("error" if failed and not self.asks
                             else "thinking" if self.asks else "idle")
+
+    async def _request(self, command: messages.Announce | messages.Stop) -> None:
+        try:
+            if isinstance(command, messages.Announce):
+                await self._announce(command)
+            else:
+                await self._stop(command)
+        finally:
+            self.requests -= 1
 
     async def _announce(self, announce: messages.Announce) -> None:
         devices = self.bus.devices
