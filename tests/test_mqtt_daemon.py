@@ -113,6 +113,17 @@ STOP = [(b'{"session": "\xff"}', "invalid_utf8"), (b'{"session": 5}', "bad_field
         (b'{"text": "x"}', "unknown_field")]
 
 
+def test_the_state_follows_a_socket_ask_too(alpha, watcher):
+    start = len(watcher.messages)
+    with alpha.client() as client:
+        replies = list(client.request("ask", prompt="Hello from the socket"))
+    assert replies[-1]["type"] == "done"
+    thinking = watcher.wait(topic("alpha", "state"), is_json(state="thinking", asks=1),
+                            after=start)
+    at = next(i for i, m in enumerate(watcher.messages) if m is thinking)
+    watcher.wait(topic("alpha", "state"), is_json(state="idle", asks=0), after=at)
+
+
 def test_bad_payloads_get_named_errors_on_every_topic(alpha, broker, watcher):
     cases = [(target, body, code)
              for target, own in ((topic("alpha", "ask"), WITH_TEXT),

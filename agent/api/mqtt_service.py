@@ -63,6 +63,8 @@ class MqttService:
         self.requests = 0      # announces and stops in flight
         self.last_heard = 0.0  # trio time of the broker's last bytes
         self.state = "idle"
+        self._thinking: set = set()  # request keys of the daemon's asks running (any origin)
+        self._failed = False         # the last ask that ended failed
         self._ids = itertools.count(1)
         self._packet_ids = itertools.cycle(range(1, 65536))
         self._send, self._outgoing = trio.open_memory_channel(QUEUE)
@@ -303,13 +305,24 @@ class MqttService:
         self.publish(self.topics.error, messages.error_message(topic, refusal))
 
     def _state_payload(self) -> bytes:
-        return messages.encode({"state": self.state, "asks": self.asks})
+        return messages.encode({"state": self.state, "asks": len(self._thinking)})
 
-    def _set_state(self, state: str) -> None:
-        if state != self.state:
-            self.state = state
-            self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
-                                      retain=True, packet_id=next(self._packet_ids)))
+    def observe(self, reply: replies.Reply, origin) -> None:
+        """A reply of any of the daemon's asks (the bus gives them all): the
+        board's state follows them, and an ask with speak_on is spoken there."""
+        if origin.get("speak_on") is not None:
+            self.speak(reply, origin)
+        key = request_key(origin)
+        if isinstance(reply, replies.Started):
+            self._thinking.add(key)
+        elif isinstance(reply, (replies.Done, replies.Error)):
+            self._thinking.discard(key)
+            self._failed = isinstance(reply, replies.Error)
+        else:
+            return
+        self.state = "thinking" if self._thinking else "error" if self._failed else "idle"
+        self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
+                                  retain=True, packet_id=next(self._packet_ids)))
 
     # ---- the operations ----
 
@@ -320,21 +333,15 @@ class MqttService:
         origin = {"mqtt": ask_id, "session": session}
         if ask.speak_on is not None:
             origin["speak_on"] = ask.speak_on
-        failed = False
 
         async def on_reply(reply: replies.Reply) -> None:
-            nonlocal failed
-            failed = failed or isinstance(reply, replies.Error)
             for topic, payload in out.on(reply):
                 self.publish(topic, payload)
 
-        self._set_state("thinking")
         try:
             await self.bus.ask_from(origin, ask.text, f"mqtt ask {ask_id}", on_reply)
         finally:
             self.asks -= 1
-            self._set_state("error" if failed and not self.asks
-                            else "thinking" if self.asks else "idle")
 
     async def _request(self, command: messages.Announce | messages.Stop) -> None:
         try:
