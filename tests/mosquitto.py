@@ -219,6 +219,7 @@ class Watcher:
         self._subscribed = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         if not self._subscribed.wait(START_TIMEOUT):
+            self.close()
             raise AssertionError("mosquitto_sub got no SUBACK")
 
     def _read(self) -> None:

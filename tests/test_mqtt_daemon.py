@@ -176,12 +176,14 @@ def test_a_retained_ask_runs_live_once(alpha, broker, watcher):
 def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, watcher):
     # an observer with a persistent session sees what comes while the broker is away
     observer = broker.subscribe(f"{PREFIX}/alpha/#", client_id="observer")
-    saves = broker.saves()
-    broker.publish(topic("alpha", "ask"), b'{"text": "Tell me a long story", "id": "mid"}')
-    observer.wait(topic("alpha", "answer"), is_json(id="mid"))
-    broker.wait_saved(saves)
-    broker.kill()
-    observer.close()
+    try:
+        saves = broker.saves()
+        broker.publish(topic("alpha", "ask"), b'{"text": "Tell me a long story", "id": "mid"}')
+        observer.wait(topic("alpha", "answer"), is_json(id="mid"))
+        broker.wait_saved(saves)
+        broker.kill()
+    finally:
+        observer.close()
     broker.start()
     # published before the board is back: its persistent session queues it
     broker.publish(topic("alpha", "ask"), b'{"text": "Are you back?", "id": "away"}')
