@@ -61,7 +61,7 @@ DEFAULT_MAX_ANNOUNCE = 2000  # characters of an announcement (daemon.max_announc
 def request_key(request: Mapping[str, Any]) -> tuple:
     """Which ask (or announcement) an event belongs to, whatever its session."""
     return (request.get("client"), request.get("id"), request.get("device"),
-            request.get("wyoming"), request.get("announce"))
+            request.get("wyoming"), request.get("announce"), request.get("mqtt"))
 
 
 class AnnounceError(Exception):
@@ -269,8 +269,11 @@ class DeviceHub:
         data, request = replies.outgoing(reply.fields()), replies.outgoing(request)
         key = request_key(request)
         is_delta = isinstance(reply, replies.Delta)
+        spoken_elsewhere = request.get("speak_on") is not None  # on another board
         for running in self._devices.values():
             wants = running.device.common.events
+            if spoken_elsewhere and running.device.speaks:
+                continue
             if running.stopped and key in running.stopped:
                 if isinstance(reply, _ENDS_ASK):
                     running.stopped.discard(key)
