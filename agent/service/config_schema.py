@@ -74,6 +74,8 @@ class Config:
     warnings: tuple[str, ...] = ()
 
     def secrets(self) -> tuple[str, ...]:
-        """Every provider's key and credential headers: what the masker hides."""
+        """Every provider's key and credential headers, and the devices'
+        credentials: what the masker hides."""
         return tuple(secret for entry in self.providers.values()
-                     for secret in entry.provider.secrets())
+                     for secret in entry.provider.secrets()) + \
+            tuple(secret for spec in self.devices.values() for secret in spec.secrets)
