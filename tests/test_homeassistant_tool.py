@@ -24,6 +24,8 @@ from agent.devices.homeassistant import TOOL_NAMES, HomeAssistantDevice
 from agent.service.config import load
 from agent.service.config_reader import ConfigError
 from conftest import timeout
+from daemon_harness import Daemon, toml_value
+import homeassistant as harness  # tests/homeassistant.py
 
 TOKEN = "test-token-0123456789abcdef"
 BED = {"entity_id": "light.bed_light", "state": "off",
@@ -257,3 +259,101 @@ def test_an_unreadable_token_file_names_the_file_not_a_token(tmp_path):
             "url": "http://127.0.0.1:8123", "token_file": str(tmp_path / "gone"),
             "allow_entities": ["light.*"]})
     assert error.value.key == "token_file" and "No such file" in error.value.problem
+
+
+# ---------------------------------------------------------------------------
+# End to end: the daemon, the scripted mock model and a real Home Assistant
+# (tests/homeassistant.py) with its demo integration.
+# ---------------------------------------------------------------------------
+
+HOST_ONLY = pytest.mark.not_emulated(
+    reason="Home Assistant is a host peer: its venv is built by the host's Python "
+           "(toolchain/dev.sh), and under qemu its start alone would take minutes")
+ALLOWED, OUTSIDE = "light.bed_light", "light.kitchen_lights"  # off and on in the demo
+CALLS = {
+    "turn-on": ("ha_call_service", {"domain": "light", "service": "turn_on",
+                                    "entity_id": ALLOWED}),
+    "outside": ("ha_call_service", {"domain": "light", "service": "turn_off",
+                                    "entity_id": OUTSIDE}),
+    "state": ("ha_get_state", {"entity_id": ALLOWED}),
+}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    if harness.ready_venv() is None:
+        try:
+            figures = harness.build_venv()
+        except harness.VenvError as error:
+            pytest.skip(f"no Home Assistant {harness.VERSION} venv could be built: {error}")
+        print(f"Home Assistant venv built: {figures}")
+    ha = harness.HomeAssistant.start(harness.VENV, tmp_path_factory.mktemp("home-assistant"))
+    print(f"Home Assistant {harness.VERSION} running {ha.start_seconds:.1f} s after its start")
+    yield ha
+    assert ha.stop() == 0, ha.log()
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory, mock, home):
+    directory = tmp_path_factory.mktemp("agent")
+    token = directory / "ha.token"
+    token.write_text(home.token + "\n")
+    token.chmod(0o600)
+    providers = {name: {"headers": {"x-mock-tool-call": json.dumps(
+                     {"name": tool, "arguments": json.dumps(arguments)})}}
+                 for name, (tool, arguments) in CALLS.items()}
+    device = "\n".join(["[devices.home]", 'type = "homeassistant"',
+                        f"url = {toml_value(home.url)}", f"token_file = {toml_value(str(token))}",
+                        f"allow_entities = {toml_value([ALLOWED])}",
+                        'allow_services = ["light.turn_on", "light.turn_off"]'])
+    daemon = Daemon(directory, mock.url, providers=providers, default_provider="state",
+                    extra=device).start()
+    yield daemon
+    assert daemon.stop() == 0, daemon.log()
+    assert home.token not in daemon.log()
+
+
+def ask(daemon, provider: str) -> dict:
+    """The tool result of one ask whose model makes the provider's call."""
+    with daemon.client() as client:
+        replies = list(client.request("ask", prompt="the lights", provider=provider,
+                                      session=provider))
+    assert replies[-1]["type"] == "done", replies
+    [result] = [reply for reply in replies if reply["type"] == "tool_result"]
+    return result
+
+
+@HOST_ONLY
+def test_the_model_turns_on_a_demo_light(home, agent):
+    assert home.state(ALLOWED)["state"] == "off"
+    result = ask(agent, "turn-on")
+    assert result["is_error"] is False
+    assert result["content"].startswith(f"called light.turn_on; {ALLOWED}: on ("), result
+    assert home.state(ALLOWED)["state"] == "on"  # the REST call returns once it is done
+
+
+@HOST_ONLY
+def test_an_entity_outside_the_allow_list_is_refused(home, agent):
+    assert home.state(OUTSIDE)["state"] == "on"
+    result = ask(agent, "outside")
+    assert result["is_error"] is True
+    assert result["content"] == ("refused, nothing was sent to Home Assistant: "
+                                 f"{OUTSIDE} is not in this device's allow-list")
+    assert home.state(OUTSIDE)["state"] == "on"
+
+
+@HOST_ONLY
+def test_a_state_reaches_the_model_summarized(home, agent, mock):
+    state = home.state(ALLOWED)
+    mock.clear()
+    result = ask(agent, "state")
+    assert result["is_error"] is False
+    assert result["content"].startswith(f"{ALLOWED}: {state['state']} (")
+    assert f'friendly_name="{state["attributes"]["friendly_name"]}"' in result["content"]
+    first, second = mock.requests()
+    [back] = [m for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert back["content"] == result["content"]
+    with agent.client() as client:
+        [device] = client.call("status")["devices"]
+    assert device["kind"] == "homeassistant" and device["state"] == "running"
+    assert home.token not in json.dumps(device)

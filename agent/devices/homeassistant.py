@@ -56,6 +56,7 @@ MAX_DATA_BYTES = 2048  # a service call's data, as JSON
 MAX_ANSWER_BYTES = 1024 * 1024  # an answer read from Home Assistant (all its states)
 MAX_LISTED = 100       # entities ha_list_entities names
 MAX_ATTRIBUTES = 8     # attributes of a state told to the model
+_FIRST_ATTRIBUTES = ("friendly_name", "unit_of_measurement", "device_class")  # then the rest
 _TARGET_KEYS = frozenset({"entity_id", "device_id", "area_id", "floor_id", "label_id"})
 _ENTITY_SCHEMA = {"type": "string", "maxLength": 255, "pattern": rf"^{WORD}\.{WORD}$",
                   "description": "an entity id, such as light.kitchen"}
@@ -132,9 +133,11 @@ def summarize(state: Mapping[str, Any]) -> str:
     """An entity's state as the model is told it: the state and a few
     short attributes, on one line."""
     attributes = state.get("attributes") if isinstance(state.get("attributes"), dict) else {}
-    shown = [f"{key}={json.dumps(value, ensure_ascii=False)}"
-             for key, value in list(attributes.items())[:MAX_ATTRIBUTES]
-             if is_type(value, (str, int, float, bool)) and len(str(value)) <= 80]
+    first = [key for key in _FIRST_ATTRIBUTES if key in attributes]
+    keys = first + [key for key in attributes if key not in _FIRST_ATTRIBUTES]
+    shown = [f"{key}={json.dumps(attributes[key], ensure_ascii=False)}" for key in keys
+             if is_type(attributes[key], (str, int, float, bool))
+             and len(str(attributes[key])) <= 80][:MAX_ATTRIBUTES]
     return f"{state.get('entity_id')}: {state.get('state')}" + \
         (f" ({', '.join(shown)})" if shown else "")
 
