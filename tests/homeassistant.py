@@ -2,8 +2,7 @@
 venv of its own, started on a random loopback port with a throwaway config.
 
     python tests/homeassistant.py build       # the venv, once (toolchain/dev.sh does it)
-    venv = ready_venv()                       # None when it was not built
-    ha = HomeAssistant.start(venv, tmp_path)  # onboarded; ha.token is an access token
+    ha = started(tmp_path)                    # onboarded (ha.token); a test skips without a venv
     ha.state("light.bed_light")               # REST API, authorized
     ha.add_mqtt(broker_port)                  # the MQTT integration, through its config flow
     ha.stop()
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from conftest import timeout
 
@@ -111,6 +111,20 @@ def build_venv() -> dict:
     partial.rename(VENV)  # a venv's scripts name its path, but python -m is used here
     MARKER.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def started(directory: Path) -> "HomeAssistant":
+    """A Home Assistant running from the venv, built first if need be; the
+    calling test skips, saying why, when no venv can be built."""
+    if ready_venv() is None:
+        try:
+            figures = build_venv()
+        except VenvError as error:
+            pytest.skip(f"no Home Assistant {VERSION} venv could be built: {error}")
+        print(f"Home Assistant venv built: {figures}")
+    home = HomeAssistant.start(VENV, directory)
+    print(f"Home Assistant {VERSION} running {home.start_seconds:.1f} s after its start")
+    return home
 
 
 def _run(argv: list[str]) -> str:
@@ -248,10 +262,11 @@ class HomeAssistant:
             raise AssertionError(f"the MQTT config flow did not create an entry: {entry}")
         return entry
 
-    def log(self) -> str:
+    def log(self, tail: int | None = 8000) -> str:
+        """What Home Assistant wrote, its last `tail` characters (None: all)."""
         path = self.dir / "hass.out"
         text = path.read_text(errors="replace") if path.exists() else ""
-        return text[-8000:]
+        return text[-tail:] if tail else text
 
     def stop(self) -> int:
         if self.process.poll() is None:

@@ -281,14 +281,7 @@ CALLS = {
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    if harness.ready_venv() is None:
-        try:
-            figures = harness.build_venv()
-        except harness.VenvError as error:
-            pytest.skip(f"no Home Assistant {harness.VERSION} venv could be built: {error}")
-        print(f"Home Assistant venv built: {figures}")
-    ha = harness.HomeAssistant.start(harness.VENV, tmp_path_factory.mktemp("home-assistant"))
-    print(f"Home Assistant {harness.VERSION} running {ha.start_seconds:.1f} s after its start")
+    ha = harness.started(tmp_path_factory.mktemp("home-assistant"))
     yield ha
     assert ha.stop() == 0, ha.log()
 
