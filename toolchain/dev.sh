@@ -172,8 +172,8 @@ test)
     make -C csrc compilers sanitize "${suite[@]}"
     # what the device and service tests run for real: espeak-ng (a command
     # device, the Wyoming TTS servers), aplay (a stop kills it),
-    # systemd-analyze and systemd-socket-activate
-    apt_install espeak-ng alsa-utils systemd
+    # systemd-analyze and systemd-socket-activate, mosquitto (the MQTT tests' broker)
+    apt_install espeak-ng alsa-utils systemd mosquitto mosquitto-clients
     # This build's wheel and its dependencies' wheels: `homeagent install
     # --wheel` creates a venv from them offline in tests/test_install.py.
     local_wheels=$root/build/wheelhouse

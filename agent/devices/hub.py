@@ -61,7 +61,7 @@ DEFAULT_MAX_ANNOUNCE = 2000  # characters of an announcement (daemon.max_announc
 def request_key(request: Mapping[str, Any]) -> tuple:
     """Which ask (or announcement) an event belongs to, whatever its session."""
     return (request.get("client"), request.get("id"), request.get("device"),
-            request.get("wyoming"), request.get("announce"))
+            request.get("wyoming"), request.get("announce"), request.get("mqtt"))
 
 
 class AnnounceError(Exception):

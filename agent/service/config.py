@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import re
+import socket
 import tomllib
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -33,8 +34,8 @@ from agent.providers.health import Policy, fallback_cycle
 from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_lines import syntax_error
 from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
-from agent.service.config_schema import (Config, DaemonConfig, ProviderEntry,
-                                         SessionConfig, WyomingConfig)
+from agent.service.config_schema import (Config, DaemonConfig, MqttConfig, MqttTls,
+                                         ProviderEntry, SessionConfig, WyomingConfig)
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
@@ -55,7 +56,13 @@ MAX_CLIENTS = 4096
 MAX_SHUTDOWN_GRACE = 3600.0
 MAX_ANNOUNCE_CHARS = 65536
 
-_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming")
+_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming",
+              "mqtt")
+_MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
+              "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
+              "max_asks", "deltas", "discovery", "discovery_prefix")
+_MQTT_TLS_KEYS = ("ca_file", "cert_file", "key_file")
+TOPIC_LEVEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prefix: one topic level, no wildcard
 _WYOMING_KEYS = ("listen", "allow", "max_connections", "languages")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
@@ -108,6 +115,8 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
                   default_provider=_default_provider(root, providers),
                   devices=MappingProxyType(devices),
                   wyoming=_wyoming(root.table("wyoming", _WYOMING_KEYS)),
+                  mqtt=_mqtt(root.table("mqtt", _MQTT_KEYS), environ, os.path.dirname(path),
+                             warnings),
                   warnings=tuple(warnings))
 
 
@@ -225,6 +234,59 @@ def _wyoming(table: Table) -> WyomingConfig:
     return WyomingConfig(listen=address, allow=tuple(allow),
                          max_connections=table.integer("max_connections", 8, 1, 256),
                          languages=tuple(languages))
+
+
+def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
+          warnings: list[str]) -> MqttConfig:
+    from agent.mqtt.topics import BOARD_NAME, board_name
+
+    broker = table.get("broker", str, "") or None
+    unix = table.get("unix", str, "") or None
+    if broker and unix:
+        raise table.error("unix", "set broker (and port) or unix, not both")
+    if unix is not None:
+        _absolute(table, "unix", unix)
+    tls = None
+    if "tls" in table.values:
+        tls_table = table.table("tls", _MQTT_TLS_KEYS)
+        files = {key: tls_table.get(key, str, "") or None for key in _MQTT_TLS_KEYS}
+        for key, value in files.items():
+            if value is not None and not os.path.isabs(value):
+                files[key] = os.path.join(config_dir, value)
+        if files["ca_file"] is None:
+            raise tls_table.error("ca_file", "the CA that signed the broker's certificate")
+        if (files["cert_file"] is None) != (files["key_file"] is None):
+            raise tls_table.error("key_file", "a client certificate needs cert_file and key_file")
+        tls = MqttTls(**files)
+    board = table.get("board", str, "") or board_name(socket.gethostname())
+    if not BOARD_NAME.fullmatch(board):
+        raise table.error("board", "a board name is 1 to 64 of a-z, 0-9, '_' and '-'")
+    prefixes = {key: table.get(key, str, default) for key, default
+                in (("prefix", "homeagent"), ("discovery_prefix", "homeassistant"))}
+    for key, value in prefixes.items():
+        if not TOPIC_LEVEL.fullmatch(value):
+            raise table.error(key, "one topic level of 1 to 64 letters, digits, '_' and '-'")
+    client_id = table.get("client_id", str, f"homeagent-{board}")
+    if not 0 < len(client_id.encode()) <= 128:
+        raise table.error("client_id", "1 to 128 bytes")
+    password_file = table.get("password_file", str, None)
+    password = None if password_file is None else \
+        _secret_file(table, "password_file", password_file, environ, config_dir, warnings)
+    username = table.get("username", str, "") or None
+    if password is not None and username is None:
+        raise table.error("password_file", "a password needs a username")
+    reconnect_min = table.number("reconnect_min", 1.0, 0.01, 3600)
+    return MqttConfig(
+        broker=broker, port=table.integer("port", 8883 if tls else 1883, 1, 65535), unix=unix,
+        tls=tls, username=username, password=password, board=board, client_id=client_id,
+        keepalive=table.integer("keepalive", 60, 5, 3600),
+        reconnect_min=reconnect_min,
+        reconnect_max=table.number("reconnect_max", max(60.0, reconnect_min), reconnect_min,
+                                   3600),
+        max_payload=table.integer("max_payload", 16 * 1024, 256, 1 << 20),
+        max_asks=table.integer("max_asks", 4, 1, 64),
+        deltas=table.get("deltas", bool, False), discovery=table.get("discovery", bool, True),
+        **prefixes)
 
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:
@@ -394,6 +456,13 @@ def _api_key(table: Table, environ: Mapping[str, str], config_dir: str,
                        f"environment variable {variable}")
     if file_name is None:
         return ""
+    return _secret_file(table, "api_key_file", file_name, environ, config_dir, warnings)
+
+
+def _secret_file(table: Table, key: str, file_name: str, environ: Mapping[str, str],
+                 config_dir: str, warnings: list[str]) -> str:
+    """The secret in the file key names (a systemd credential first); the
+    messages name the file, never what is in it."""
     candidates = [os.path.join(config_dir, file_name)]
     # A relative name may be a systemd credential, which wins: LoadCredential=
     # of a file keeps its name; of a directory (the shipped unit loads
@@ -405,7 +474,7 @@ def _api_key(table: Table, environ: Mapping[str, str], config_dir: str,
     for candidate in candidates:
         try:
             with open(candidate, encoding="utf-8") as file:
-                key = _secret(table, "api_key_file", file.read(), f"key file {candidate}")
+                secret = _secret(table, key, file.read(), f"key file {candidate}")
                 mode = os.fstat(file.fileno()).st_mode
         except FileNotFoundError:
             continue
@@ -416,11 +485,11 @@ def _api_key(table: Table, environ: Mapping[str, str], config_dir: str,
         else:
             if mode & 0o077:
                 warnings.append(str(table.error(
-                    "api_key_file", f"key file {candidate} is readable by group or others "
+                    key, f"key file {candidate} is readable by group or others "
                     f"(mode 0o{mode & 0o777:03o}); chmod 600 it")))
-            return key
-        raise table.error("api_key_file", f"cannot read {candidate}: {problem}")
-    raise table.error("api_key_file", f"key file not found: {' nor '.join(candidates)}")
+            return secret
+        raise table.error(key, f"cannot read {candidate}: {problem}")
+    raise table.error(key, f"key file not found: {' nor '.join(candidates)}")
 
 
 def _secret(table: Table, key: str, raw: str, source: str) -> str:

@@ -61,6 +61,41 @@ class WyomingConfig:
 
 
 @dataclass(frozen=True)
+class MqttTls:
+    ca_file: str
+    cert_file: str | None = None  # a client certificate, with key_file
+    key_file: str | None = None
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    """[mqtt]: the board on the house's broker (agent/mqtt/, docs/mqtt.md).
+    Off unless broker or unix is set. password is read from password_file
+    at load and masked like the API keys (Config.secrets)."""
+    broker: str | None = None
+    port: int = 1883
+    unix: str | None = None
+    tls: MqttTls | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    board: str = "homeagent"
+    client_id: str = "homeagent-homeagent"
+    prefix: str = "homeagent"
+    keepalive: int = 60
+    reconnect_min: float = 1.0
+    reconnect_max: float = 60.0
+    max_payload: int = 16 * 1024
+    max_asks: int = 4
+    deltas: bool = False
+    discovery: bool = True
+    discovery_prefix: str = "homeassistant"
+
+    @property
+    def enabled(self) -> bool:
+        return self.broker is not None or self.unix is not None
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     daemon: DaemonConfig
@@ -69,13 +104,15 @@ class Config:
     default_provider: str
     devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
     wyoming: WyomingConfig = WyomingConfig()
+    mqtt: MqttConfig = MqttConfig()
     # What the daemon can run with but should not: logged at start and on
     # reload, printed by `serve --check`. "FILE:LINE: KEY: what" like an error.
     warnings: tuple[str, ...] = ()
 
     def secrets(self) -> tuple[str, ...]:
-        """Every provider's key and credential headers, and the devices'
-        credentials: what the masker hides."""
-        return tuple(secret for entry in self.providers.values()
-                     for secret in entry.provider.secrets()) + \
-            tuple(secret for spec in self.devices.values() for secret in spec.secrets)
+        """Every provider's key and credential headers, the devices'
+        credentials and the broker's password: what the masker hides."""
+        keys = tuple(secret for entry in self.providers.values()
+                     for secret in entry.provider.secrets())
+        devices = tuple(secret for spec in self.devices.values() for secret in spec.secrets)
+        return keys + devices + ((self.mqtt.password,) if self.mqtt.password else ())

@@ -187,6 +187,12 @@ class _Daemon:
             from agent.api.wyoming_service import ConversationService
 
             self.wyoming = ConversationService(self.server.bus, config.wyoming, __version__)
+        # the board on the house's MQTT broker, when [mqtt] broker or unix is set
+        self.mqtt = None
+        if config.mqtt.enabled:
+            from agent.api.mqtt_service import MqttService
+
+            self.mqtt = MqttService(self.server.bus, config.mqtt, __version__)
 
     def limits(self, daemon) -> Limits:
         """The server's limits from the config, max_clients within what the
@@ -221,6 +227,8 @@ class _Daemon:
                                 self.server.bus.stop_from_device)
             if wyoming_listeners:
                 nursery.start_soon(self.wyoming.serve, wyoming_listeners)
+            if self.mqtt is not None:
+                nursery.start_soon(self.mqtt.run)
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
@@ -247,6 +255,7 @@ class _Daemon:
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
                 "wyoming": self.wyoming.status() if self.wyoming is not None else None,
+                "mqtt": self.mqtt.status() if self.mqtt is not None else None,
                 "tools": [tool.name for tool in self.devices.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:

@@ -1,0 +1,373 @@
+"""The board on the house's MQTT broker: the trio shell around
+agent/mqtt/ (codec, topics, messages, discovery). docs/mqtt.md.
+
+run() connects (TCP, TLS or a Unix socket), with a persistent session
+(clean session off) so that the QoS 1 asks published while the board was
+away are delivered when it is back, a last will `offline` retained on the
+availability topic, `online` retained once connected, the discovery
+configs and the state. A lost or refused connection is logged, counted
+and named in status (masked), and tried again after a backoff that
+doubles from mqtt.reconnect_min to mqtt.reconnect_max.
+
+The broker is as untrusted as a socket client: it reaches ask, announce
+and stop only, every payload is checked by messages.parse (a refusal goes
+to the error topic and the log), at most mqtt.max_asks of its asks run at
+once, and outgoing messages wait in a bounded queue (QUEUE): what does not
+fit while the broker is away is dropped and counted. Asks run in the
+service's own nursery, so an answer under way when the connection drops
+goes on and its messages go out after the reconnect, as far as the queue
+holds them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import ssl
+import time
+
+import trio
+
+from agent.api import replies
+from agent.devices.hub import AnnounceError
+from agent.mqtt import codec, messages
+from agent.mqtt.discovery import discovery_messages
+from agent.mqtt.topics import Topics
+from agent.service.config_schema import MqttConfig
+
+log = logging.getLogger("homeagent.mqtt")
+
+QUEUE = 1024               # outgoing messages waiting for the broker
+CONNECT_TIMEOUT = 10.0     # seconds for the connection and its CONNACK
+READ = 65536
+PACKET_SLACK = 1024        # a packet's header and topic beyond max_payload
+
+
+class MqttService:
+    def __init__(self, bus, config: MqttConfig, version: str) -> None:
+        self.bus = bus
+        self.config = config
+        self.version = version
+        self.topics = Topics(config.prefix, config.board)
+        self.connected = False
+        self.connects = 0
+        self.reconnects = 0
+        self.last_error: str | None = None
+        self.received = 0
+        self.sent = 0
+        self.bad_payloads = 0
+        self.dropped = 0
+        self.asks = 0          # in flight
+        self.state = "idle"
+        self._ids = itertools.count(1)
+        self._packet_ids = itertools.cycle(range(1, 65536))
+        self._send, self._outgoing = trio.open_memory_channel(QUEUE)
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def where(self) -> str:
+        config = self.config
+        if config.unix:
+            return f"unix:{config.unix}"
+        return f"{'mqtts' if config.tls else 'mqtt'}://{config.broker}:{config.port}"
+
+    def status(self) -> dict:
+        return replies.outgoing({
+            "broker": self.where, "board": self.config.board, "connected": self.connected,
+            "connects": self.connects, "reconnects": self.reconnects,
+            "last_error": self.last_error, "messages_in": self.received,
+            "messages_out": self.sent, "bad_payloads": self.bad_payloads,
+            "dropped": self.dropped, "asks": self.asks, "state": self.state})
+
+    # ---- the connection ----
+
+    async def run(self) -> None:
+        config = self.config
+        backoff = config.reconnect_min
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            while True:
+                try:
+                    await self._connection()
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                        trio.TooSlowError, ssl.SSLError, codec.ProtocolError,
+                        ConnectionLost) as error:
+                    self.last_error = _describe(error)
+                    if self.connected:
+                        backoff = config.reconnect_min
+                    log.warning("mqtt %s: %s; next try in %g s", self.where,
+                                replies.outgoing(self.last_error), backoff)
+                except Exception as error:  # a bug costs the connection, never the daemon
+                    self.last_error = f"internal error: {type(error).__name__}"
+                    log.exception("mqtt %s: the connection failed inside the daemon; next "
+                                  "try in %g s", self.where, backoff)
+                finally:
+                    self.connected = False
+                await trio.sleep(backoff)
+                self.reconnects += 1
+                backoff = min(backoff * 2, config.reconnect_max)
+
+    async def _open(self) -> trio.abc.Stream:
+        config = self.config
+        if config.unix:
+            return await trio.open_unix_socket(config.unix)
+        stream = await trio.open_tcp_stream(config.broker, config.port)
+        if config.tls is None:
+            return stream
+        context = ssl.create_default_context(cafile=config.tls.ca_file)
+        if config.tls.cert_file:
+            context.load_cert_chain(config.tls.cert_file, config.tls.key_file)
+        tls = trio.SSLStream(stream, context, server_hostname=config.broker)
+        await tls.do_handshake()
+        return tls
+
+    async def _connection(self) -> None:
+        config, topics = self.config, self.topics
+        decoder = codec.Decoder(config.max_payload + PACKET_SLACK)
+        with trio.fail_after(CONNECT_TIMEOUT):
+            stream = await self._open()
+        async with stream:
+            with trio.fail_after(CONNECT_TIMEOUT):
+                await stream.send_all(codec.connect(
+                    config.client_id, config.keepalive, clean_session=False,
+                    username=config.username, password=config.password,
+                    will=codec.Will(topics.availability, b"offline")))
+                connack, pending = await _first(stream, decoder)
+            if not isinstance(connack, codec.ConnAck):
+                raise codec.ProtocolError(codec.Problem.UNEXPECTED, "no CONNACK first")
+            if connack.return_code:
+                raise ConnectionLost("connection refused: " + codec.REFUSALS.get(
+                    connack.return_code, f"code {connack.return_code}"))
+            wanted = [(topic, 1) for topic in topics.subscriptions()]
+            if config.discovery:
+                wanted.append((f"{config.discovery_prefix}/status", 1))
+            head = [codec.subscribe(next(self._packet_ids), wanted),
+                    self._packet(topics.availability, b"online", retain=True),
+                    self._packet(topics.state, self._state_payload(), retain=True)]
+            head += self._discovery()
+            await stream.send_all(b"".join(head))
+            self.connected, self.last_error = True, None
+            self.connects += 1
+            log.info("mqtt: connected to %s as board %s (session %s)", self.where,
+                     config.board, "resumed" if connack.session_present else "new")
+            self.last_heard = trio.current_time()
+            stream = _Serialised(stream)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write, stream)
+                    nursery.start_soon(self._ping, stream)
+                    for packet in pending:
+                        await self._packet_in(packet, stream)
+                    await self._read(stream, decoder)
+            except BaseException as exc:
+                problem = _failure(exc)
+                if problem is not None:
+                    raise problem from None
+                # cancelled: the daemon stops; the board says so, then leaves
+                with trio.move_on_after(1, shield=True):
+                    try:
+                        await stream.send_all(self._packet(topics.availability, b"offline",
+                                                           retain=True) + codec.disconnect())
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        pass
+                raise
+
+    async def _read(self, stream, decoder: codec.Decoder) -> None:
+        while True:
+            data = await stream.receive_some(READ)
+            if not data:
+                raise ConnectionLost("the broker closed the connection")
+            self.last_heard = trio.current_time()
+            for packet in decoder.feed(data):
+                await self._packet_in(packet, stream)
+
+    async def _ping(self, stream) -> None:
+        keepalive = self.config.keepalive
+        while True:
+            await trio.sleep(keepalive / 2)
+            if trio.current_time() - self.last_heard > keepalive * 1.5:
+                raise ConnectionLost(f"nothing from the broker for {keepalive * 1.5:g} s")
+            await stream.send_all(codec.pingreq())
+
+    async def _write(self, stream) -> None:
+        async for first in self._outgoing:
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._outgoing.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await stream.send_all(b"".join(batch))
+            self.sent += len(batch)
+
+    def _packet(self, topic: str, payload: bytes, *, retain: bool = False) -> bytes:
+        return codec.publish(topic, payload, qos=1, retain=retain,
+                             packet_id=next(self._packet_ids))
+
+    def publish(self, topic: str, payload: dict, *, retain: bool = False) -> None:
+        """Queue a message; never waits (a full queue drops it, counted)."""
+        try:
+            self._send.send_nowait(self._packet(topic, messages.encode(payload), retain=retain))
+        except trio.WouldBlock:
+            self.dropped += 1
+
+    def _discovery(self) -> list[bytes]:
+        if not self.config.discovery:
+            return []
+        return [self._packet(topic, payload, retain=True)
+                for topic, payload in discovery_messages(self.config, self.version)]
+
+    # ---- what comes in ----
+
+    async def _packet_in(self, packet, stream) -> None:
+        if isinstance(packet, (codec.Publish, codec.Oversized)):
+            self.received += 1
+            self._command(packet)
+            if packet.qos and packet.packet_id is not None:
+                await stream.send_all(codec.puback(packet.packet_id))
+        elif isinstance(packet, codec.ConnAck):
+            raise codec.ProtocolError(codec.Problem.UNEXPECTED, "a second CONNACK")
+        elif isinstance(packet, codec.SubAck) and 0x80 in packet.return_codes:
+            log.warning("mqtt: the broker refused a subscription: %s", packet.return_codes)
+
+    def _command(self, packet) -> None:
+        topics, config = self.topics, self.config
+        topic = packet.topic
+        if topic == f"{config.discovery_prefix}/status":
+            if isinstance(packet, codec.Publish) and packet.payload == b"online":
+                log.info("mqtt: Home Assistant is online: discovery configs again")
+                for message in self._discovery():
+                    self._queue(message)
+            return
+        kinds = {topics.ask: "ask", topics.house_ask: "ask", topics.announce: "announce",
+                 topics.stop: "stop"}
+        kind = kinds.get(topic)
+        if kind is None:
+            return  # a topic we did not subscribe to (a broker's own choice)
+        if isinstance(packet, codec.Oversized):
+            command = messages.Refusal(messages.PayloadError.TOO_LARGE,
+                                       f"{kind}: {packet.size} bytes, more than "
+                                       f"mqtt.max_payload ({config.max_payload})")
+        else:
+            command = messages.parse(kind, packet.payload, config.max_payload)
+        if isinstance(command, messages.Ask) and self.asks >= config.max_asks:
+            command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
+                                       f"{self.asks} asks from the broker are running "
+                                       f"(mqtt.max_asks {config.max_asks})")
+        if isinstance(command, messages.Refusal):
+            self.refuse(topic, command)
+        elif isinstance(command, messages.Ask):
+            self.asks += 1
+            self._nursery.start_soon(self._ask, command)
+        elif isinstance(command, messages.Announce):
+            self._nursery.start_soon(self._announce, command)
+        else:
+            self._nursery.start_soon(self._stop, command)
+
+    def _queue(self, packet: bytes) -> None:
+        try:
+            self._send.send_nowait(packet)
+        except trio.WouldBlock:
+            self.dropped += 1
+
+    def refuse(self, topic: str, refusal: messages.Refusal) -> None:
+        self.bad_payloads += 1
+        log.warning("mqtt: %s: %s: %s", topic, refusal.code.value,
+                    replies.outgoing(refusal.message))
+        self.publish(self.topics.error, messages.error_message(topic, refusal))
+
+    def _state_payload(self) -> bytes:
+        return messages.encode({"state": self.state, "asks": self.asks})
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
+                                      retain=True, packet_id=next(self._packet_ids)))
+
+    # ---- the operations ----
+
+    async def _ask(self, ask: messages.Ask) -> None:
+        ask_id = ask.id or f"mqtt-{next(self._ids)}"
+        session = ask.session or "mqtt-" + secrets.token_hex(8)
+        out = messages.AskMessages(self.topics, ask_id, session, deltas=self.config.deltas,
+                                   speak_on=ask.speak_on)
+        failed = False
+
+        async def on_reply(reply: replies.Reply) -> None:
+            nonlocal failed
+            failed = failed or isinstance(reply, replies.Error)
+            for topic, payload in out.on(reply):
+                self.publish(topic, payload)
+
+        self._set_state("thinking")
+        try:
+            await self.bus.ask_from({"mqtt": ask_id, "session": session}, ask.text,
+                                    f"mqtt ask {ask_id}", on_reply)
+        finally:
+            self.asks -= 1
+            self._set_state("error" if failed and not self.asks
+                            else "thinking" if self.asks else "idle")
+
+    async def _announce(self, announce: messages.Announce) -> None:
+        devices = self.bus.devices
+        try:
+            if not devices:
+                raise AnnounceError(replies.ErrorCode.NO_SPEECH_DEVICE, "this daemon has no "
+                                    "devices")
+            spoken_on = await devices.announce(announce.text, announce.device)
+            log.info("mqtt: announcement on %s", ", ".join(spoken_on))
+        except AnnounceError as refusal:
+            self.refuse(self.topics.announce, messages.Refusal(refusal.code, str(refusal)))
+
+    async def _stop(self, stop: messages.Stop) -> None:
+        reply = await self.bus.stop("mqtt", stop.session)
+        if reply is None:
+            self.refuse(self.topics.stop, messages.Refusal(
+                replies.ErrorCode.NOTHING_TO_STOP, "nothing is running"))
+
+
+class _Serialised:
+    """A stream whose writers (the queue, acknowledgements, pings) take turns."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._turn = trio.Lock()
+
+    async def send_all(self, data: bytes) -> None:
+        async with self._turn:
+            await self._stream.send_all(data)
+
+    async def receive_some(self, size: int) -> bytes:
+        return await self._stream.receive_some(size)
+
+
+class ConnectionLost(Exception):
+    """The broker went away or refused us: the message says how."""
+
+
+async def _first(stream, decoder: codec.Decoder) -> tuple:
+    """The first packet from the broker, and any that came with it."""
+    while True:
+        data = await stream.receive_some(READ)
+        if not data:
+            raise ConnectionLost("the broker closed the connection before its CONNACK")
+        packets = decoder.feed(data)
+        if packets:
+            return packets[0], packets[1:]
+
+
+def _failure(exc: BaseException) -> BaseException | None:
+    """The first failure in exc (a nursery's group), None if it is only cancellation."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next(filter(None, map(_failure, exc.exceptions)), None)
+    return None if isinstance(exc, trio.Cancelled) else exc
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, trio.TooSlowError):
+        return f"no answer within {CONNECT_TIMEOUT:g} s"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__

@@ -1,0 +1,55 @@
+"""Home Assistant's MQTT discovery configs of one board (docs/mqtt.md).
+
+One retained config message per entity, under
+<discovery_prefix>/<component>/<board>/<object_id>/config, each with the
+same device block: per-entity discovery, which every Home Assistant with
+MQTT discovery reads (the single-message `device` discovery came in 2024.11,
+after the 2024.3 that runs on the boards' Python 3.11).
+"""
+
+from __future__ import annotations
+
+import json
+
+from agent import __version__
+from agent.mqtt.topics import Topics
+from agent.service.config_schema import MqttConfig
+
+EVENT_TYPES = ("answer", "tool_call")
+TEXT_MAX = 255  # Home Assistant's limit for a text entity's value
+
+
+def discovery_messages(config: MqttConfig, version: str = __version__
+                       ) -> list[tuple[str, bytes]]:
+    """(topic, payload) of every discovery config of config.board, payloads
+    compact UTF-8 JSON, to be published retained at QoS 1. config is the
+    [mqtt] table (board, prefix, discovery_prefix are used)."""
+    topics = Topics(config.prefix, config.board)
+    board = config.board
+    device = {"identifiers": [f"homeagent_{board}"], "name": f"homeagent {board}",
+              "manufacturer": "homeagent", "model": "homeagent", "sw_version": version}
+    common = {"availability_topic": topics.availability, "payload_available": "online",
+              "payload_not_available": "offline", "device": device}
+    wrap = '{"text": {{ value | tojson }}}'  # the value as a JSON string, whatever it holds
+    entities = [
+        ("text", "ask", {"name": "Ask", "command_topic": topics.ask, "command_template": wrap,
+                         "max": TEXT_MAX, "icon": "mdi:chat-question"}),
+        ("text", "announce", {"name": "Announce", "command_topic": topics.announce,
+                              "command_template": wrap, "max": TEXT_MAX,
+                              "icon": "mdi:bullhorn"}),
+        ("sensor", "state", {"name": "State", "state_topic": topics.state,
+                             "value_template": "{{ value_json.state }}",
+                             "icon": "mdi:robot"}),
+        ("event", "events", {"name": "Events", "state_topic": topics.event,
+                             "event_types": list(EVENT_TYPES)}),
+        ("button", "stop", {"name": "Stop", "command_topic": topics.stop,
+                            "payload_press": "{}", "icon": "mdi:stop"}),
+    ]
+    messages = []
+    for component, object_id, fields in entities:
+        payload = {**fields, "unique_id": f"homeagent_{board}_{object_id}",
+                   "object_id": f"homeagent_{board}_{object_id}", "qos": 1, **common}
+        topic = f"{config.discovery_prefix}/{component}/{board}/{object_id}/config"
+        messages.append((topic, json.dumps(payload, ensure_ascii=False,
+                                           separators=(",", ":")).encode("utf-8")))
+    return messages

@@ -1,0 +1,55 @@
+"""The topic tree, version 1 (docs/mqtt.md), of one board under a prefix."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+TREE_VERSION = 1
+BOARD_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+HOUSE = "house"  # <prefix>/house/ask: an ask to whichever board takes it
+
+
+def board_name(raw: str) -> str:
+    """raw (a host name) as a board name: lower case, [a-z0-9_-], at most 64."""
+    name = re.sub(r"[^a-z0-9_-]+", "-", raw.lower()).strip("-")[:64]
+    return name or "homeagent"
+
+
+def _own(leaf: str) -> property:
+    return property(lambda self: self.of(self.board, leaf), doc=f"<prefix>/<board>/{leaf}")
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str
+    board: str
+
+    def of(self, board: str, leaf: str) -> str:
+        return f"{self.prefix}/{board}/{leaf}"
+
+    availability = _own("availability")
+    state = _own("state")
+    ask = _own("ask")            # in
+    announce = _own("announce")  # in
+    stop = _own("stop")          # in
+    answer = _own("answer")
+    done = _own("done")
+    delta = _own("delta")
+    tool_call = _own("tool_call")
+    tool_result = _own("tool_result")
+    error = _own("error")
+    event = _own("event")        # Home Assistant's event entity
+
+    @property
+    def house_ask(self) -> str:
+        return f"{self.prefix}/{HOUSE}/ask"
+
+    @property
+    def house_share(self) -> str:
+        """The shared subscription to house_ask: the broker gives each ask
+        to one subscriber of the group, i.e. one board."""
+        return f"$share/{self.prefix}/{self.house_ask}"
+
+    def subscriptions(self) -> list[str]:
+        return [self.ask, self.announce, self.stop, self.house_share]
