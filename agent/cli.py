@@ -158,7 +158,8 @@ def _one_reply(args: argparse.Namespace, op: str, **fields) -> dict | None:
 
 @_client_command
 def _say(args: argparse.Namespace) -> int:
-    fields = {"text": args.text, **({"device": args.device} if args.device else {})}
+    fields = {"text": args.text, **({"device": args.device} if args.device else {}),
+              **({"board": args.board} if args.board else {})}
     reply = _one_reply(args, "announce", **fields)
     if reply is None:
         return 1
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                          "without asking the model")
     say.add_argument("text")
     say.add_argument("--device", help="this speech device only (default: every one running)")
+    say.add_argument("--board", help="on this other board, through the MQTT broker")
     say.set_defaults(func=_say)
 
     stop = sub.add_parser("stop", parents=[client], help="stop what is being answered and "

@@ -219,6 +219,7 @@ OPERATION_FIELDS: dict[str, dict[str, Field]] = {
         "provider": Field(False, "local", ["local"], _STRING, _TEXT),
         "stream": Field(False, False, 0, _BOOL, st.booleans()),
         "reasoning": Field(False, True, "yes", _BOOL, st.booleans()),
+        "speak_on": Field(False, "hall", 3, _STRING, _TEXT),
     },
     "cancel": {"target": Field(True, "ask-7", True, "a string or an integer", _IDS)},
     "status": {},
@@ -228,7 +229,8 @@ OPERATION_FIELDS: dict[str, dict[str, Field]] = {
     "forget": {"session": Field(True, "s-1", 2.5, _STRING, _TEXT)},
     "announce": {"text": Field(True, "Dinner is ready.", 3, _STRING,
                                _TEXT.filter(lambda s: s.strip())),
-                 "device": Field(False, "voice", ["voice"], _STRING, _TEXT)},
+                 "device": Field(False, "voice", ["voice"], _STRING, _TEXT),
+                 "board": Field(False, "hall", 4, _STRING, _TEXT)},
     "stop": {"session": Field(False, "kitchen", 1, _STRING, _TEXT),
              "mine": Field(False, True, "yes", _BOOL, st.booleans())},
 }

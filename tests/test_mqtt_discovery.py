@@ -50,7 +50,8 @@ def test_topics_and_board_names():
     assert topics.house_share == "$share/homeagent/homeagent/house/ask"
     assert topics.subscriptions() == ["homeagent/hall/ask", "homeagent/hall/announce",
                                       "homeagent/hall/stop",
-                                      "$share/homeagent/homeagent/house/ask"]
+                                      "$share/homeagent/homeagent/house/ask",
+                                      "homeagent/+/availability"]
     assert board_name("Pi-Kitchen.local") == "pi-kitchen-local"
     assert board_name("Büro 2") == "b-ro-2"
     assert board_name("...") == "homeagent"

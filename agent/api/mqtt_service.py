@@ -30,7 +30,7 @@ import time
 import trio
 
 from agent.api import replies
-from agent.devices.hub import AnnounceError
+from agent.devices.hub import AnnounceError, request_key
 from agent.mqtt import codec, messages
 from agent.mqtt.discovery import discovery_messages
 from agent.mqtt.topics import Topics
@@ -42,6 +42,7 @@ QUEUE = 1024               # outgoing messages waiting for the broker
 CONNECT_TIMEOUT = 10.0     # seconds for the connection and its CONNACK
 READ = 65536
 PACKET_SLACK = 1024        # a packet's header and topic beyond max_payload
+MAX_BOARDS = 256           # other boards' availability kept
 
 
 class MqttService:
@@ -64,6 +65,8 @@ class MqttService:
         self._packet_ids = itertools.cycle(range(1, 65536))
         self._send, self._outgoing = trio.open_memory_channel(QUEUE)
         self._nursery: trio.Nursery | None = None
+        self.boards: dict[str, bool] = {}  # board -> online, from their availability
+        self._elsewhere: dict = {}  # request key -> SpokenElsewhere of an ask with speak_on
 
     @property
     def where(self) -> str:
@@ -78,7 +81,8 @@ class MqttService:
             "connects": self.connects, "reconnects": self.reconnects,
             "last_error": self.last_error, "messages_in": self.received,
             "messages_out": self.sent, "bad_payloads": self.bad_payloads,
-            "dropped": self.dropped, "asks": self.asks, "state": self.state})
+            "dropped": self.dropped, "asks": self.asks, "state": self.state,
+            "boards_online": sorted(b for b, online in self.boards.items() if online)})
 
     # ---- the connection ----
 
@@ -234,6 +238,12 @@ class MqttService:
     def _command(self, packet) -> None:
         topics, config = self.topics, self.config
         topic = packet.topic
+        board = topics.board_of_availability(topic)
+        if board is not None:
+            if isinstance(packet, codec.Publish) and (board in self.boards
+                                                      or len(self.boards) < MAX_BOARDS):
+                self.boards[board] = packet.payload == b"online"
+            return
         if topic == f"{config.discovery_prefix}/status":
             if isinstance(packet, codec.Publish) and packet.payload == b"online":
                 log.info("mqtt: Home Assistant is online: discovery configs again")
@@ -255,6 +265,11 @@ class MqttService:
             command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
                                        f"{self.asks} asks from the broker are running "
                                        f"(mqtt.max_asks {config.max_asks})")
+        if isinstance(command, messages.Ask) and command.speak_on is not None:
+            try:
+                self.check_board(command.speak_on)
+            except AnnounceError as refusal:
+                command = messages.Refusal(refusal.code, str(refusal))
         if isinstance(command, messages.Refusal):
             self.refuse(topic, command)
         elif isinstance(command, messages.Ask):
@@ -291,8 +306,10 @@ class MqttService:
     async def _ask(self, ask: messages.Ask) -> None:
         ask_id = ask.id or f"mqtt-{next(self._ids)}"
         session = ask.session or "mqtt-" + secrets.token_hex(8)
-        out = messages.AskMessages(self.topics, ask_id, session, deltas=self.config.deltas,
-                                   speak_on=ask.speak_on)
+        out = messages.AskMessages(self.topics, ask_id, session, deltas=self.config.deltas)
+        origin = {"mqtt": ask_id, "session": session}
+        if ask.speak_on is not None:
+            origin["speak_on"] = ask.speak_on
         failed = False
 
         async def on_reply(reply: replies.Reply) -> None:
@@ -303,8 +320,7 @@ class MqttService:
 
         self._set_state("thinking")
         try:
-            await self.bus.ask_from({"mqtt": ask_id, "session": session}, ask.text,
-                                    f"mqtt ask {ask_id}", on_reply)
+            await self.bus.ask_from(origin, ask.text, f"mqtt ask {ask_id}", on_reply)
         finally:
             self.asks -= 1
             self._set_state("error" if failed and not self.asks
@@ -326,6 +342,41 @@ class MqttService:
         if reply is None:
             self.refuse(self.topics.stop, messages.Refusal(
                 replies.ErrorCode.NOTHING_TO_STOP, "nothing is running"))
+
+
+    # ---- the other boards ----
+
+    def check_board(self, board: str) -> None:
+        """AnnounceError unless board can be reached now."""
+        if not self.connected:
+            raise AnnounceError(replies.ErrorCode.BROKER_UNAVAILABLE, f"board {board!r}: not "
+                                f"connected to the broker {self.where} ({self.last_error})")
+        if board != self.config.board and not self.boards.get(board):
+            online = ", ".join(sorted(b for b, up in self.boards.items() if up)) or "none"
+            raise AnnounceError(replies.ErrorCode.UNKNOWN_BOARD, f"board {board!r} is not "
+                                f"online on the broker (online: {online})")
+
+    def announce_on(self, board: str, text: str, device: str | None = None) -> list[str]:
+        """Publish an announce to board; AnnounceError if it cannot go."""
+        self.check_board(board)
+        payload = {"text": text, **({"device": device} if device is not None else {})}
+        if len(messages.encode(payload)) > self.config.max_payload:
+            raise AnnounceError(replies.ErrorCode.TEXT_TOO_LONG, "the announce is longer "
+                                f"than mqtt.max_payload ({self.config.max_payload} bytes)")
+        self.publish(self.topics.of(board, "announce"), replies.outgoing(payload))
+        return [f"board:{board}"]
+
+    def speak(self, reply: replies.Reply, origin) -> None:
+        """A reply of an ask with speak_on: its sentences as announces there."""
+        key = request_key(origin)
+        elsewhere = self._elsewhere.get(key)
+        if elsewhere is None:
+            elsewhere = self._elsewhere[key] = messages.SpokenElsewhere(self.topics,
+                                                                        origin["speak_on"])
+        for topic, payload in elsewhere.on(reply):
+            self.publish(topic, payload)
+        if isinstance(reply, (replies.Done, replies.Error)):
+            del self._elsewhere[key]
 
 
 class _Serialised:

@@ -41,14 +41,15 @@ class RequestError:
 _OPERATIONS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "ask": {"prompt": ((str,), True), "session": ((str,), False),
             "provider": ((str,), False), "stream": ((bool,), False),
-            "reasoning": ((bool,), False)},
+            "reasoning": ((bool,), False), "speak_on": ((str,), False)},
     "cancel": {"target": ((str, int), True)},
     "status": {},
     "subscribe": {"reasoning": ((bool,), False)},
     "sessions": {},
     "history": {"session": ((str,), True)},
     "forget": {"session": ((str,), True)},
-    "announce": {"text": ((str,), True), "device": ((str,), False)},
+    "announce": {"text": ((str,), True), "device": ((str,), False),
+                 "board": ((str,), False)},
     "stop": {"session": ((str,), False), "mine": ((bool,), False)},
 }
 OPERATIONS = tuple(_OPERATIONS)

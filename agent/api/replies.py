@@ -69,6 +69,8 @@ class ErrorCode(enum.StrEnum):
     DEVICE_UNAVAILABLE = "device_unavailable"
     NO_SPEECH_DEVICE = "no_speech_device"
     TEXT_TOO_LONG = "text_too_long"
+    UNKNOWN_BOARD = "unknown_board"
+    BROKER_UNAVAILABLE = "broker_unavailable"
 
 
 class Reply:

@@ -542,6 +542,12 @@ class ApiServer:
             conn.send(encode(replies.Error(ErrorCode.SHUTTING_DOWN, "the daemon is shutting "
                                            "down; ask again when it is back"), request.id))
             return
+        if "speak_on" in request.args:
+            try:
+                self._board(request.args["speak_on"])
+            except AnnounceError as refusal:
+                conn.send(encode(replies.Error(refusal.code, str(refusal)), request.id))
+                return
         flight = _Flight(conn, request.id, trio.CancelScope(), time.monotonic(),
                          request.args.get("session"), request.args.get("provider"))
         conn.flights[request.id] = flight
@@ -557,6 +563,8 @@ class ApiServer:
         outcome = Outcome.FAILED
         # where its replies come from, for subscribers, devices and `stop`
         origin = {"client": conn.number, "id": flight.request_id, "session": flight.session}
+        if "speak_on" in args:  # its speech on that board, none here
+            origin["speak_on"] = args["speak_on"]
 
         async def emit(reply: replies.Reply) -> None:
             nonlocal outcome
@@ -630,10 +638,14 @@ class ApiServer:
 
     async def _announce(self, conn: _Connection, request: Request) -> None:
         try:
-            if self.bus.devices is None:
+            if "board" in request.args:
+                spoken_on = self._board(request.args["board"]).announce_on(
+                    request.args["board"], request.args["text"], request.args.get("device"))
+            elif self.bus.devices is None:
                 raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
-            spoken_on = await self.bus.devices.announce(request.args["text"],
-                                                        request.args.get("device"))
+            else:
+                spoken_on = await self.bus.devices.announce(request.args["text"],
+                                                            request.args.get("device"))
             reply = replies.Announced(tuple(spoken_on))
         except AnnounceError as refusal:
             reply = replies.Error(refusal.code, str(refusal))
@@ -642,6 +654,14 @@ class ApiServer:
                           request.id)
             reply = replies.internal_error("request")
         conn.send(encode(reply, request.id))
+
+    def _board(self, board: str):
+        """The MQTT service, if it can reach board now; AnnounceError if not."""
+        if self.bus.boards is None:
+            raise AnnounceError(ErrorCode.BROKER_UNAVAILABLE, f"board {board!r}: this daemon "
+                                "is on no MQTT broker ([mqtt] is not configured)")
+        self.bus.boards.check_board(board)
+        return self.bus.boards
 
     def _subscribe(self, conn: _Connection, subscription: Subscription | None) -> None:
         """Start, replace (a second subscribe) or end (None) the connection's subscription."""

@@ -270,8 +270,11 @@ class DeviceHub:
         data, request = replies.outgoing(reply.fields()), replies.outgoing(request)
         key = request_key(request)
         is_delta = isinstance(reply, replies.Delta)
+        spoken_elsewhere = request.get("speak_on") is not None  # on another board
         for running in self._devices.values():
             wants = running.device.common.events
+            if spoken_elsewhere and running.device.speaks:
+                continue
             if running.stopped and key in running.stopped:
                 if isinstance(reply, _ENDS_ASK):
                     running.stopped.discard(key)

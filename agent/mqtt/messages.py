@@ -34,7 +34,6 @@ class PayloadError(enum.StrEnum):
     BAD_FIELD = "bad_field"
     UNKNOWN_FIELD = "unknown_field"
     TOO_MANY_ASKS = "too_many_asks"
-    UNKNOWN_BOARD = "unknown_board"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,30 +107,42 @@ def error_message(topic: str, refusal: Refusal) -> dict[str, Any]:
                              "message": refusal.message})
 
 
+class SpokenElsewhere:
+    """An ask's text, cut into sentences as it streams, as announces on
+    another board (speak_on): speech starts there while the answer streams."""
+
+    def __init__(self, topics: Topics, board: str) -> None:
+        self.topic = topics.of(board, "announce")
+        self._segmenter = Segmenter(SegmenterConfig(max_chars=SENTENCE_MAX_CHARS))
+
+    def sentences(self, reply: replies.Reply) -> list[str]:
+        if isinstance(reply, replies.Delta):
+            return self._segmenter.feed(reply.text)
+        if isinstance(reply, (replies.ToolCall, replies.Done, replies.Error)):
+            return self._segmenter.close()
+        return []
+
+    def on(self, reply: replies.Reply) -> list[tuple[str, dict]]:
+        return [(self.topic, replies.outgoing({"text": sentence}))
+                for sentence in self.sentences(reply)]
+
+
 class AskMessages:
     """One ask's replies as (topic, payload object) to publish: a sentence
-    on answer as each is cut (and, for speak_on, as an announce on that
-    board), done, tool calls and their results, errors; deltas only with
+    on answer as each is cut, done, tool calls and their results, errors; deltas only with
     deltas on. Every string goes through replies.outgoing."""
 
-    def __init__(self, topics: Topics, ask_id: str, session: str, *, deltas: bool,
-                 speak_on: str | None = None) -> None:
+    def __init__(self, topics: Topics, ask_id: str, session: str, *, deltas: bool) -> None:
         self.topics = topics
         self.id, self.session = ask_id, session
         self.deltas = deltas
-        self.speak_on = speak_on
         self._segmenter = Segmenter(SegmenterConfig(max_chars=SENTENCE_MAX_CHARS))
 
     def _head(self) -> dict[str, Any]:
         return {"id": self.id, "session": self.session}
 
     def _sentences(self, sentences: list[str]) -> list[tuple[str, dict]]:
-        out = []
-        for sentence in sentences:
-            out.append((self.topics.answer, {**self._head(), "text": sentence}))
-            if self.speak_on is not None:
-                out.append((self.topics.of(self.speak_on, "announce"), {"text": sentence}))
-        return out
+        return [(self.topics.answer, {**self._head(), "text": s}) for s in sentences]
 
     def on(self, reply: replies.Reply) -> list[tuple[str, dict]]:
         topics = self.topics

@@ -51,5 +51,14 @@ class Topics:
         to one subscriber of the group, i.e. one board."""
         return f"$share/{self.prefix}/{self.house_ask}"
 
+    @property
+    def every_availability(self) -> str:
+        """Every board's availability: which boards are online."""
+        return f"{self.prefix}/+/availability"
+
     def subscriptions(self) -> list[str]:
-        return [self.ask, self.announce, self.stop, self.house_share]
+        return [self.ask, self.announce, self.stop, self.house_share, self.every_availability]
+
+    def board_of_availability(self, topic: str) -> str | None:
+        head, _, board = topic.removesuffix("/availability").rpartition("/")
+        return board if head == self.prefix and topic.endswith("/availability") else None

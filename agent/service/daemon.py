@@ -193,6 +193,7 @@ class _Daemon:
             from agent.api.mqtt_service import MqttService
 
             self.mqtt = MqttService(self.server.bus, config.mqtt, __version__)
+            self.server.bus.boards = self.mqtt
 
     def limits(self, daemon) -> Limits:
         """The server's limits from the config, max_clients within what the
