@@ -108,8 +108,8 @@ def build_venv() -> dict:
     figures["first_start_seconds"] = round(home.start_seconds, 1)
     home.stop()
     shutil.rmtree(partial / "first-start")
+    (partial / MARKER.name).write_text(json.dumps(figures, indent=1) + "\n")
     partial.rename(VENV)  # a venv's scripts name its path, but python -m is used here
-    MARKER.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
 
 
