@@ -142,6 +142,13 @@ def format_status(reply: dict[str, Any]) -> str:
             lines.append("  " + _health_line(provider))
     for device in reply.get("devices", []):
         lines.append(f"device {device.get('name')}: {device.get('state')}")
+    mqtt = reply.get("mqtt")
+    if mqtt:
+        link = "connected" if mqtt.get("connected") else \
+            f"not connected ({mqtt.get('last_error') or 'connecting'})"
+        lines.append(f"mqtt {mqtt.get('broker')} as board {mqtt.get('board')}: {link}, "
+                     f"{mqtt.get('reconnects')} reconnects, {mqtt.get('messages_in')} in, "
+                     f"{mqtt.get('messages_out')} out, {mqtt.get('bad_payloads')} bad payloads")
     lines.append(f"clients: {reply.get('clients')}, asks in flight: {len(reply.get('active', []))}")
     counters = reply.get("counters", {})
     if counters:

@@ -232,9 +232,10 @@ class Watcher:
         self._lines.put(None)
 
     def wait(self, topic: str, match: Callable[[Message], bool] = lambda m: True,
-             wait: float = 10) -> Message:
-        """The first message on topic that matches, already seen or still to come."""
-        for message in self.messages:
+             wait: float = 10, after: int = 0) -> Message:
+        """The first message on topic that matches, already seen (from the
+        after-th message on) or still to come."""
+        for message in self.messages[after:]:
             if message.topic == topic and match(message):
                 return message
         deadline = time.monotonic() + timeout(wait)

@@ -181,3 +181,14 @@ def test_outgoing_text_is_masked():
         assert "sk-secret-key-123" not in json.dumps(sent) and "***" in json.dumps(sent)
     finally:
         masking.install(masking.Masker())
+
+
+def test_status_shows_the_mqtt_connection():
+    from agent.cli_render import format_status
+
+    text = format_status({"mqtt": {"broker": "mqtt://b:1883", "board": "hall",
+                                   "connected": False, "last_error": "connection refused",
+                                   "reconnects": 3, "messages_in": 5, "messages_out": 7,
+                                   "bad_payloads": 1}})
+    assert ("mqtt mqtt://b:1883 as board hall: not connected (connection refused), "
+            "3 reconnects, 5 in, 7 out, 1 bad payloads") in text.splitlines()

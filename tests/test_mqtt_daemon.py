@@ -113,6 +113,17 @@ STOP = [(b'{"session": "\xff"}', "invalid_utf8"), (b'{"session": 5}', "bad_field
         (b'{"text": "x"}', "unknown_field")]
 
 
+def test_the_state_follows_a_socket_ask_too(alpha, watcher):
+    start = len(watcher.messages)
+    with alpha.client() as client:
+        replies = list(client.request("ask", prompt="Hello from the socket"))
+    assert replies[-1]["type"] == "done"
+    thinking = watcher.wait(topic("alpha", "state"), is_json(state="thinking", asks=1),
+                            after=start)
+    at = next(i for i, m in enumerate(watcher.messages) if m is thinking)
+    watcher.wait(topic("alpha", "state"), is_json(state="idle", asks=0), after=at)
+
+
 def test_bad_payloads_get_named_errors_on_every_topic(alpha, broker, watcher):
     cases = [(target, body, code)
              for target, own in ((topic("alpha", "ask"), WITH_TEXT),
@@ -154,6 +165,14 @@ def test_home_assistant_birth_republishes_discovery(alpha, broker, watcher):
     assert payload(watcher.on(config_topic)[-1])["command_topic"] == topic("alpha", "stop")
 
 
+def test_a_retained_ask_runs_live_once(alpha, broker, watcher):
+    """Delivered live, a retained message looks like any other (MQTT 3.1.1
+    clears its flag); the restart test below sees it refused at reconnect."""
+    broker.publish(topic("alpha", "ask"), b'{"text": "Again and again?", "id": "kept"}',
+                   retain=True)
+    watcher.wait(topic("alpha", "done"), is_json(id="kept"))
+
+
 def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, watcher):
     # an observer with a persistent session sees what comes while the broker is away
     observer = broker.subscribe(f"{PREFIX}/alpha/#", client_id="observer")
@@ -175,6 +194,10 @@ def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, w
         observer.wait(topic("alpha", "done"), is_json(id="away"))
         observer.wait(topic("alpha", "availability"), lambda m: m.payload == b"online")
         observer.wait(topic("alpha", "state"), is_json(state="idle"))
+        # the retained ask came again with the subscription, and was not run
+        observer.wait(topic("alpha", "error"), is_json(topic=topic("alpha", "ask"),
+                                                       error="retained_command"))
+        broker.publish(topic("alpha", "ask"), b"", retain=True)  # cleared
     finally:
         observer.close()
     mqtt = status(alpha)

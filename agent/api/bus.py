@@ -53,8 +53,9 @@ class Bus:
         self._accepting_asks = True
         self._subscriptions: dict[Subscription, None] = {}  # in the order they came
         self._asks: dict = {}  # Stop -> the origin of its ask (updated in place by its owner)
-        # the MQTT service, when there is one: the other boards, for an
-        # announce on one and the speech of an ask with speak_on
+        # the MQTT service, when there is one: it sees every ask's replies
+        # (the board's state, the speech of an ask with speak_on on another
+        # board) and reaches the other boards for an announce
         self.boards = None
 
     def stop_asks(self) -> None:
@@ -71,8 +72,8 @@ class Bus:
         """A reply of any ask to the subscribers and the devices; origin names
         the ask: {client, id, session}, or {device, session} for a device's."""
         self.notify_subscribers(reply, origin)
-        if self.boards is not None and origin.get("speak_on") is not None:
-            self.boards.speak(reply, origin)
+        if self.boards is not None:
+            self.boards.observe(reply, origin)
         if self.devices:
             await self.devices.publish(reply, origin)
 

@@ -60,7 +60,11 @@ class MqttService:
         self.bad_payloads = 0
         self.dropped = 0
         self.asks = 0          # in flight
+        self.requests = 0      # announces and stops in flight
+        self.last_heard = 0.0  # trio time of the broker's last bytes
         self.state = "idle"
+        self._thinking: set = set()  # request keys of the daemon's asks running (any origin)
+        self._failed = False         # the last ask that ended failed
         self._ids = itertools.count(1)
         self._packet_ids = itertools.cycle(range(1, 65536))
         self._send, self._outgoing = trio.open_memory_channel(QUEUE)
@@ -255,7 +259,11 @@ class MqttService:
         kind = kinds.get(topic)
         if kind is None:
             return  # a topic we did not subscribe to (a broker's own choice)
-        if isinstance(packet, codec.Oversized):
+        if packet.retain:
+            command = messages.Refusal(messages.PayloadError.RETAINED,
+                                       f"{kind}: a retained message would run again at every "
+                                       "connect; publish it without retain")
+        elif isinstance(packet, codec.Oversized):
             command = messages.Refusal(messages.PayloadError.TOO_LARGE,
                                        f"{kind}: {packet.size} bytes, more than "
                                        f"mqtt.max_payload ({config.max_payload})")
@@ -265,6 +273,11 @@ class MqttService:
             command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
                                        f"{self.asks} asks from the broker are running "
                                        f"(mqtt.max_asks {config.max_asks})")
+        elif isinstance(command, (messages.Announce, messages.Stop)) \
+                and self.requests >= config.max_asks:
+            command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
+                                       f"{self.requests} announces and stops from the broker "
+                                       f"are waiting (mqtt.max_asks {config.max_asks})")
         if isinstance(command, messages.Ask) and command.speak_on is not None:
             try:
                 self.check_board(command.speak_on)
@@ -275,10 +288,9 @@ class MqttService:
         elif isinstance(command, messages.Ask):
             self.asks += 1
             self._nursery.start_soon(self._ask, command)
-        elif isinstance(command, messages.Announce):
-            self._nursery.start_soon(self._announce, command)
         else:
-            self._nursery.start_soon(self._stop, command)
+            self.requests += 1
+            self._nursery.start_soon(self._request, command)
 
     def _queue(self, packet: bytes) -> None:
         try:
@@ -293,13 +305,24 @@ class MqttService:
         self.publish(self.topics.error, messages.error_message(topic, refusal))
 
     def _state_payload(self) -> bytes:
-        return messages.encode({"state": self.state, "asks": self.asks})
+        return messages.encode({"state": self.state, "asks": len(self._thinking)})
 
-    def _set_state(self, state: str) -> None:
-        if state != self.state:
-            self.state = state
-            self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
-                                      retain=True, packet_id=next(self._packet_ids)))
+    def observe(self, reply: replies.Reply, origin) -> None:
+        """A reply of any of the daemon's asks (the bus gives them all): the
+        board's state follows them, and an ask with speak_on is spoken there."""
+        if origin.get("speak_on") is not None:
+            self.speak(reply, origin)
+        key = request_key(origin)
+        if isinstance(reply, replies.Started):
+            self._thinking.add(key)
+        elif isinstance(reply, (replies.Done, replies.Error)):
+            self._thinking.discard(key)
+            self._failed = isinstance(reply, replies.Error)
+        else:
+            return
+        self.state = "thinking" if self._thinking else "error" if self._failed else "idle"
+        self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
+                                  retain=True, packet_id=next(self._packet_ids)))
 
     # ---- the operations ----
 
@@ -310,21 +333,24 @@ class MqttService:
         origin = {"mqtt": ask_id, "session": session}
         if ask.speak_on is not None:
             origin["speak_on"] = ask.speak_on
-        failed = False
 
         async def on_reply(reply: replies.Reply) -> None:
-            nonlocal failed
-            failed = failed or isinstance(reply, replies.Error)
             for topic, payload in out.on(reply):
                 self.publish(topic, payload)
 
-        self._set_state("thinking")
         try:
             await self.bus.ask_from(origin, ask.text, f"mqtt ask {ask_id}", on_reply)
         finally:
             self.asks -= 1
-            self._set_state("error" if failed and not self.asks
-                            else "thinking" if self.asks else "idle")
+
+    async def _request(self, command: messages.Announce | messages.Stop) -> None:
+        try:
+            if isinstance(command, messages.Announce):
+                await self._announce(command)
+            else:
+                await self._stop(command)
+        finally:
+            self.requests -= 1
 
     async def _announce(self, announce: messages.Announce) -> None:
         devices = self.bus.devices

@@ -71,6 +71,7 @@ class Oversized:
     qos: int
     packet_id: int | None
     size: int
+    retain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +237,7 @@ class Decoder:
         else:
             self._skipping = remaining - have
             buffer.clear()
-        return Oversized(topic, qos, packet_id, remaining)
+        return Oversized(topic, qos, packet_id, remaining, bool(first & 0x01))
 
 
 def _decode(first: int, body: bytes):

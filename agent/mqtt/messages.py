@@ -34,6 +34,7 @@ class PayloadError(enum.StrEnum):
     BAD_FIELD = "bad_field"
     UNKNOWN_FIELD = "unknown_field"
     TOO_MANY_ASKS = "too_many_asks"
+    RETAINED = "retained_command"
 
 
 @dataclass(frozen=True, slots=True)
