@@ -101,9 +101,27 @@ vm_start() {
         setsid bash toolchain/vm.sh "${arches[@]}" >"$VM_LOG" 2>&1 </dev/null &
     vm_pid=$!
 }
+# tests/test_homeassistant_tool.py's Home Assistant: its venv under build/,
+# built once (minutes of downloads; kept while tests/homeassistant.py's
+# VERSION stays), in the background beside the C tests. Without a registry
+# the build fails and those tests skip, saying why.
+ha_pid=
+ha_start() {
+    echo "== Home Assistant venv (tests/homeassistant.py build) in the background"
+    "$VENV/bin/python" tests/homeassistant.py build >"$root/build/homeassistant.log" 2>&1 &
+    ha_pid=$!
+}
+ha_wait() {
+    wait "$ha_pid" || echo "dev.sh: no Home Assistant venv, its tests will skip:" >&2
+    ha_pid=
+    echo "== Home Assistant venv: $(tail -n 1 "$root/build/homeassistant.log")"
+}
 host_pid=
 # a test job that ends early stops what it started in the background
 stop_background() {
+    if [ -n "$ha_pid" ] && kill -0 "$ha_pid" 2>/dev/null; then
+        kill -TERM "$ha_pid" 2>/dev/null || true
+    fi
     if [ -n "$host_pid" ] && kill -0 "$host_pid" 2>/dev/null; then
         kill -TERM "$host_pid" 2>/dev/null || true
     fi
@@ -138,6 +156,8 @@ demo)
 test)
     setup_c
     setup_python test,bench
+    mkdir -p "$root/build"
+    ha_start
     # the aarch64 wheel first: the VM's aarch64 run installs it, and from
     # here on nothing builds it again while that run may read it
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh sysroot
@@ -164,6 +184,7 @@ test)
     fi
     rc=0
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh site
+    ha_wait
     # The host suite runs beside the emulated one (each is one process; with
     # the VM, the two cores of a CI machine stay busy). Its own temporary
     # directory, and its output shown whole when it is done.

@@ -7,7 +7,9 @@ def device_types() -> dict[str, type]:
     # Imported here: the config loader needs the classes, and they need
     # pyserial and trio only once a device is configured.
     from agent.devices.command import CommandDevice
+    from agent.devices.homeassistant import HomeAssistantDevice
     from agent.devices.serial import SerialDevice
     from agent.devices.wyoming_tts import WyomingSpeech
 
-    return {cls.kind: cls for cls in (SerialDevice, CommandDevice, WyomingSpeech)}
+    return {cls.kind: cls for cls in (SerialDevice, CommandDevice, WyomingSpeech,
+                                        HomeAssistantDevice)}

@@ -179,6 +179,14 @@ class Device:
         lost: the hub reports it and runs this again after a backoff."""
         raise NotImplementedError
 
+    def own_tools(self) -> tuple[ToolSpec, ...]:
+        """Tools the device type itself offers, beside the configured ones."""
+        return ()
+
+    def secrets(self) -> tuple[str, ...]:
+        """Credentials from its settings, for the masker (agent/masking.py)."""
+        return ()
+
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Run one of this device's tools (arguments already valid against
         its schema); the hub applies the timeout. Raise ToolError on failure."""

@@ -76,9 +76,10 @@ class AnnounceError(Exception):
 class DeviceSpec:
     """A configured device: its common settings, its class and own settings
     (already checked once by the config loader through from_settings)."""
-    common: Common
+    common: Common  # its tools include the type's own (Device.own_tools())
     cls: type
     settings: Mapping[str, Any]
+    secrets: tuple[str, ...] = ()  # Device.secrets(), read when the config loaded
 
     def build(self) -> Device:
         return self.cls.from_settings(self.common, self.settings)

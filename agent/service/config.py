@@ -13,6 +13,7 @@ text is found by config_lines.py.
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import ipaddress
 import json
@@ -323,11 +324,17 @@ def _devices(table: Table) -> dict[str, DeviceSpec]:
             tools=tools)
         settings = {k: v for k, v in device.values.items() if k not in _DEVICE_COMMON}
         try:
-            cls.from_settings(common, settings)
+            built = cls.from_settings(common, settings)
         except SettingError as error:
             raise device.source.error((*device.key, *error.key.split(".")),
                                       error.problem) from None
-        devices[name] = DeviceSpec(common, cls, MappingProxyType(settings))
+        for tool in built.own_tools():
+            if tool.name in tool_names:
+                raise device.error("type", f"its own tool {tool.name} is another device's too "
+                                   "(tool names are unique)")
+            tool_names.add(tool.name)
+        common = dataclasses.replace(common, tools=common.tools + built.own_tools())
+        devices[name] = DeviceSpec(common, cls, MappingProxyType(settings), built.secrets())
     return devices
 
 

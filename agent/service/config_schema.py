@@ -110,8 +110,9 @@ class Config:
     warnings: tuple[str, ...] = ()
 
     def secrets(self) -> tuple[str, ...]:
-        """Every provider's key and credential headers, and the broker's
-        password: what the masker hides."""
+        """Every provider's key and credential headers, the devices'
+        credentials and the broker's password: what the masker hides."""
         keys = tuple(secret for entry in self.providers.values()
                      for secret in entry.provider.secrets())
-        return keys + ((self.mqtt.password,) if self.mqtt.password else ())
+        devices = tuple(secret for spec in self.devices.values() for secret in spec.secrets)
+        return keys + devices + ((self.mqtt.password,) if self.mqtt.password else ())
