@@ -111,8 +111,13 @@ ha_start() {
     "$VENV/bin/python" tests/homeassistant.py build >"$root/build/homeassistant.log" 2>&1 &
     ha_pid=$!
 }
+# The host suite waits for it (in its own background job: the emulated
+# suite does not need it and starts at once).
+ha_poll() {
+    while [ -n "$ha_pid" ] && kill -0 "$ha_pid" 2>/dev/null; do sleep 2; done
+}
 ha_wait() {
-    wait "$ha_pid" || echo "dev.sh: no Home Assistant venv, its tests will skip:" >&2
+    wait "$ha_pid" || echo "dev.sh: no Home Assistant venv, its tests skipped:" >&2
     ha_pid=
     echo "== Home Assistant venv: $(tail -n 1 "$root/build/homeassistant.log")"
 }
@@ -184,19 +189,20 @@ test)
     fi
     rc=0
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh site
-    ha_wait
-    # The host suite runs beside the emulated one (each is one process; with
-    # the VM, the two cores of a CI machine stay busy). Its own temporary
-    # directory, and its output shown whole when it is done.
+    # The host suite runs beside the emulated one (with the VM, the two
+    # cores of a CI machine stay busy), once the Home Assistant venv is
+    # built. Its own temporary directory, and its output shown whole when
+    # it is done.
     host_log=$root/build/host-pytest.log
     host_tmp=$(mktemp -d "${TMPDIR:-/tmp}/homeagent-host.XXXXXX")
     echo "== host pytest in the background, log: build/host-pytest.log"
-    HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q \
-        --basetemp="$host_tmp/t" tests >"$host_log" 2>&1 </dev/null &
+    { ha_poll; HOMEAGENT_WHEELHOUSE=$local_wheels "$VENV/bin/python" -m pytest -q \
+        --basetemp="$host_tmp/t" tests; } >"$host_log" 2>&1 </dev/null &
     host_pid=$!
     PYTHON="$VENV/bin/python" bash toolchain/arm64.sh test || rc=1
     wait "$host_pid" || rc=1
     host_pid=
+    ha_wait
     rm -rf "$host_tmp"
     echo "== host pytest (x86_64):"
     cat "$host_log"
