@@ -4,6 +4,7 @@ mosquitto_sub and mosquitto_pub; the model is `homeagent mock-llm`."""
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 
@@ -181,12 +182,22 @@ def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, w
         broker.publish(topic("alpha", "ask"), b'{"text": "Tell me a long story", "id": "mid"}')
         observer.wait(topic("alpha", "answer"), is_json(id="mid"))
         broker.wait_saved(saves)
-        broker.kill()
+        # The board is held stopped while the broker comes back, so that its
+        # reconnect (backoff from 1 s) cannot come before the publish below.
+        alpha.process.send_signal(signal.SIGSTOP)
+        try:
+            broker.kill()
+        except BaseException:
+            alpha.process.send_signal(signal.SIGCONT)
+            raise
     finally:
         observer.close()
-    broker.start()
-    # published before the board is back: its persistent session queues it
-    broker.publish(topic("alpha", "ask"), b'{"text": "Are you back?", "id": "away"}')
+    try:
+        broker.start()
+        # published before the board is back: its persistent session queues it
+        broker.publish(topic("alpha", "ask"), b'{"text": "Are you back?", "id": "away"}')
+    finally:
+        alpha.process.send_signal(signal.SIGCONT)
     log = broker.log()
     assert "as homeagent-alpha" not in log[log.rindex("mosquitto version"):], \
         "the board reconnected before the ask was published"
