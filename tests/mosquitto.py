@@ -217,7 +217,8 @@ class Watcher:
         self.messages: list[Message] = []
         self._lines: queue.Queue = queue.Queue()
         self._subscribed = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if not self._subscribed.wait(START_TIMEOUT):
             self.close()
             raise AssertionError("mosquitto_sub got no SUBACK")
@@ -258,5 +259,13 @@ class Watcher:
 
     def close(self) -> None:
         self.process.terminate()
-        self.process.wait(START_TIMEOUT)
+        try:
+            # mosquitto_sub acts on a SIGTERM only when its network loop wakes,
+            # which an idle subscription may not do for a keepalive; a kill
+            # ends its connection all the same (a persistent session stays).
+            self.process.wait(1)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(START_TIMEOUT)
+        self._reader.join(START_TIMEOUT)  # it reads the pipe to its end: close it after
         self.process.stdout.close()
