@@ -13,6 +13,7 @@ import pytest
 
 from daemon_harness import Daemon
 from mosquitto import broker  # noqa: F401 (a fixture)
+from test_mqtt_daemon import is_json
 from test_wyoming_service import until_true
 
 BOARDS = ("one", "two", "three")
@@ -28,8 +29,9 @@ def boards(broker, mock, tmp_path_factory):  # noqa: F811
     daemons = {}
     for name in BOARDS:
         directory = tmp_path_factory.mktemp(name)
-        speech = ["sh", "-c", 'printf "%s\\n" "$1" >> "$0"', str(directory / "spoken.txt"),
-                  "{text}"]
+        # it says nothing while spoken.txt.hold exists: a speech held for the test
+        speech = ["sh", "-c", 'while [ -e "$0.hold" ]; do sleep 0.02; done; '
+                  'printf "%s\\n" "$1" >> "$0"', str(directory / "spoken.txt"), "{text}"]
         extra = (f"[mqtt]\nbroker = {json.dumps(broker.host)}\nport = {broker.port}\n"
                  f"board = {json.dumps(name)}\n"
                  f"[devices.voice]\ntype = \"command\"\nspeech = true\n"
@@ -81,3 +83,37 @@ def test_a_board_that_is_not_online_is_named(boards):
         assert (reply["type"], reply["code"]) == ("error", "unknown_board")
         replies = list(client.request("ask", prompt="Hi", speak_on="attic"))
         assert [(r["type"], r["code"]) for r in replies] == [("error", "unknown_board")]
+
+
+def test_the_state_is_speaking_while_a_board_has_something_to_say(boards, broker):  # noqa: F811
+    """speaking outlasts the answer while the voice is held, and no idle
+    comes between; then an announce alone makes the board speak."""
+    hold = boards["two"].dir / "spoken.txt.hold"
+    state = "homeagent/two/state"
+    watcher = broker.subscribe(state, "homeagent/two/done")
+    try:
+        watcher.wait(state, is_json(state="idle"))  # the retained one
+        start = len(watcher.messages)
+        hold.touch()
+        broker.publish("homeagent/two/ask", b'{"text": "Hello", "id": "held"}')
+        watcher.wait("homeagent/two/done", is_json(id="held"), after=start)
+        held = watcher.wait(state, is_json(state="speaking", asks=0), after=start)
+        before = [json.loads(m.payload)["state"] for m in watcher.messages[start:]
+                  if m.topic == state]
+        assert "idle" not in before and before[-1] == "speaking", before
+        hold.unlink()
+        at = watcher.messages.index(held)
+        watcher.wait(state, is_json(state="idle", asks=0), after=at)
+        until_true(lambda: spoken(boards["two"].dir))
+
+        start = len(watcher.messages)
+        hold.touch()
+        broker.publish("homeagent/two/announce", b'{"text": "Tea is ready."}')
+        held = watcher.wait(state, is_json(state="speaking", asks=0), after=start)
+        assert "Tea is ready." not in spoken(boards["two"].dir)
+        hold.unlink()
+        watcher.wait(state, is_json(state="idle", asks=0), after=watcher.messages.index(held))
+        until_true(lambda: "Tea is ready." in spoken(boards["two"].dir))
+    finally:
+        hold.unlink(missing_ok=True)
+        watcher.close()

@@ -11,6 +11,7 @@ import pytest
 from conftest import timeout
 from daemon_harness import Daemon
 from mosquitto import Broker, broker  # noqa: F401 (a fixture)
+from test_wyoming_service import until_true
 
 PREFIX = "homeagent"
 
@@ -215,6 +216,32 @@ def test_broker_restart_mid_answer_and_an_ask_queued_while_away(alpha, broker, w
         observer.close()
     mqtt = status(alpha)
     assert mqtt["connected"] and mqtt["reconnects"] >= 1 and mqtt["connects"] >= 2
+
+
+def test_a_message_of_ours_unacknowledged_at_a_drop_is_sent_again(alpha, broker):
+    """The broker frozen (no PUBACK), then killed: what the board had sent
+    into its socket is gone with it, and comes again after the reconnect."""
+    text = "Sent while the broker froze."
+    observer = broker.subscribe(topic("alpha", "announce"), client_id="resend")
+    observer.close()  # its persistent session keeps what comes while it is away
+    saves = broker.saves()
+    broker.publish(f"{PREFIX}/test/marker", b"x", retain=True)  # a change after the session
+    broker.wait_saved(saves)
+    broker.process.send_signal(signal.SIGSTOP)
+    try:
+        with alpha.client() as client:
+            reply = client.call("announce", text=text, board="alpha")
+        assert reply["type"] == "announced", reply
+        until_true(lambda: status(alpha)["in_flight"] >= 1)
+    finally:
+        broker.kill()  # a stopped process is killed all the same
+    broker.start()
+    observer = broker.subscribe(topic("alpha", "announce"), client_id="resend")
+    try:
+        observer.wait(topic("alpha", "announce"), is_json(text=text))
+    finally:
+        observer.close()
+    until_true(lambda: status(alpha)["connected"] and status(alpha)["in_flight"] == 0)
 
 
 def test_kill_9_of_the_board_publishes_its_last_will(alpha, broker):

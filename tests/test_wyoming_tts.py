@@ -304,6 +304,40 @@ async def test_a_bad_server_mid_audio_fails_the_device_with_the_reason(tmp_path,
 
 
 @pytest.mark.trio
+async def test_speaking_lasts_from_the_queued_sentence_to_the_end_of_its_audio(tmp_path):
+    """What a board's `speaking` state reads: one change on, while the server
+    holds the audio back, and one off once the audio is in the sink."""
+    asked, release = trio.Event(), trio.Event()
+
+    async def serve(stream, reader):
+        await stream.send_all(INFO)
+        await until_synthesize(stream, reader)
+        asked.set()
+        await release.wait()
+        await stream.send_all(encode(WyEvent("audio-start", FORMAT)) + CHUNK
+                              + encode(WyEvent("audio-stop", {})))
+        await trio.sleep_forever()
+
+    sink = tmp_path / "audio.pcm"
+    async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
+        hub = hub_for(address, sink)
+        seen = []
+        hub.watch_speech(lambda: seen.append(hub.speaking))
+        await nursery.start(hub.run, no_ask, lambda state: None)
+        await until(lambda: hub.status()[0]["connected"], 10)
+        assert not hub.speaking
+        await hub.announce("The hall light is on.")
+        await asked.wait()
+        await until(lambda: seen == [True], 10)
+        assert hub.status()[0]["speaking"]
+        release.set()
+        await until(lambda: seen == [True, False], 10)
+        assert sink.read_bytes() == b"\x01\x02" * 512
+        assert not hub.status()[0]["speaking"]
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
 async def test_a_server_that_stalls_at_describe_is_named(tmp_path):
     async def serve(stream, reader):
         await trio.sleep_forever()

@@ -72,10 +72,12 @@ class Bus:
         """A reply of any ask to the subscribers and the devices; origin names
         the ask: {client, id, session}, or {device, session} for a device's."""
         self.notify_subscribers(reply, origin)
-        if self.boards is not None:
-            self.boards.observe(reply, origin)
         if self.devices:
             await self.devices.publish(reply, origin)
+        # after the devices: at an answer's done its last sentences are
+        # queued for speech, so the board's state goes to speaking, not idle
+        if self.boards is not None:
+            self.boards.observe(reply, origin)
 
     def notify_subscribers(self, reply: replies.Reply,
                            origin: Mapping[str, Any] | None = None) -> None:

@@ -13,7 +13,8 @@ The broker is as untrusted as a socket client: it reaches ask, announce
 and stop only, every payload is checked by messages.parse (a refusal goes
 to the error topic and the log), at most mqtt.max_asks of its asks run at
 once, and outgoing messages wait in a bounded queue (QUEUE): what does not
-fit while the broker is away is dropped and counted. Asks run in the
+fit while the broker is away is dropped and counted. At most IN_FLIGHT of
+them are unacknowledged; those of a dropped connection are sent again. Asks run in the
 service's own nursery, so an answer under way when the connection drops
 goes on and its messages go out after the reconnect, as far as the queue
 holds them.
@@ -39,6 +40,7 @@ from agent.service.config_schema import MqttConfig
 log = logging.getLogger("homeagent.mqtt")
 
 QUEUE = 1024               # outgoing messages waiting for the broker
+IN_FLIGHT = 32             # of ours sent and not yet acknowledged (PUBACK)
 CONNECT_TIMEOUT = 10.0     # seconds for the connection and its CONNACK
 READ = 65536
 PACKET_SLACK = 1024        # a packet's header and topic beyond max_payload
@@ -65,9 +67,16 @@ class MqttService:
         self.state = "idle"
         self._thinking: set = set()  # request keys of the daemon's asks running (any origin)
         self._failed = False         # the last ask that ended failed
+        self._published_state = self._state_payload()
+        if bus.devices:
+            bus.devices.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
         self._packet_ids = itertools.cycle(range(1, 65536))
         self._send, self._outgoing = trio.open_memory_channel(QUEUE)
+        # packet id -> (topic, payload, retain) of ours the broker has not
+        # acknowledged, in the order sent: sent again (DUP) after a reconnect
+        self._in_flight: dict[int, tuple[str, bytes, bool]] = {}
+        self._acked = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
         self.boards: dict[str, bool] = {}  # board -> online, from their availability
         self._elsewhere: dict = {}  # request key -> SpokenElsewhere of an ask with speak_on
@@ -85,7 +94,8 @@ class MqttService:
             "connects": self.connects, "reconnects": self.reconnects,
             "last_error": self.last_error, "messages_in": self.received,
             "messages_out": self.sent, "bad_payloads": self.bad_payloads,
-            "dropped": self.dropped, "asks": self.asks, "state": self.state,
+            "dropped": self.dropped, "in_flight": len(self._in_flight), "asks": self.asks,
+            "state": self.state,
             "boards_online": sorted(b for b, online in self.boards.items() if online)})
 
     # ---- the connection ----
@@ -150,10 +160,16 @@ class MqttService:
             wanted = [(topic, 1) for topic in topics.subscriptions()]
             if config.discovery:
                 wanted.append((f"{config.discovery_prefix}/status", 1))
-            head = [codec.subscribe(next(self._packet_ids), wanted),
+            # Ours unacknowledged when the last connection dropped go first,
+            # so the state published after them is the current one.
+            head = [codec.subscribe(self._packet_id(), wanted),
+                    *(codec.publish(topic, payload, qos=1, retain=retain, packet_id=packet_id,
+                                    dup=True)
+                      for packet_id, (topic, payload, retain) in self._in_flight.items()),
                     self._packet(topics.availability, b"online", retain=True),
                     self._packet(topics.state, self._state_payload(), retain=True)]
-            head += self._discovery()
+            head += [self._packet(topic, payload, retain=True)
+                     for topic, payload in self._discovery()]
             await stream.send_all(b"".join(head))
             self.connected, self.last_error = True, None
             self.connects += 1
@@ -199,32 +215,49 @@ class MqttService:
             await stream.send_all(codec.pingreq())
 
     async def _write(self, stream) -> None:
-        async for first in self._outgoing:
-            batch = [first]
-            while True:
+        while True:
+            while len(self._in_flight) >= IN_FLIGHT:
+                await self._acked.park()
+            batch = [await self._outgoing.receive()]
+            while len(self._in_flight) + len(batch) < IN_FLIGHT:
                 try:
                     batch.append(self._outgoing.receive_nowait())
                 except trio.WouldBlock:
                     break
-            await stream.send_all(b"".join(batch))
+            packets = []
+            for message in batch:
+                # in flight before it is sent: a drop during send_all loses nothing
+                packet_id = self._packet_id()
+                self._in_flight[packet_id] = message
+                topic, payload, retain = message
+                packets.append(codec.publish(topic, payload, qos=1, retain=retain,
+                                             packet_id=packet_id))
+            await stream.send_all(b"".join(packets))
             self.sent += len(batch)
 
+    def _packet_id(self) -> int:
+        while True:
+            packet_id = next(self._packet_ids)
+            if packet_id not in self._in_flight:
+                return packet_id
+
     def _packet(self, topic: str, payload: bytes, *, retain: bool = False) -> bytes:
-        return codec.publish(topic, payload, qos=1, retain=retain,
-                             packet_id=next(self._packet_ids))
+        """A message sent again at every connect (availability, state,
+        discovery), so not kept in flight."""
+        return codec.publish(topic, payload, qos=1, retain=retain, packet_id=self._packet_id())
 
     def publish(self, topic: str, payload: dict, *, retain: bool = False) -> None:
         """Queue a message; never waits (a full queue drops it, counted)."""
+        self._queue(topic, messages.encode(payload), retain)
+
+    def _queue(self, topic: str, payload: bytes, retain: bool = False) -> None:
         try:
-            self._send.send_nowait(self._packet(topic, messages.encode(payload), retain=retain))
+            self._send.send_nowait((topic, payload, retain))
         except trio.WouldBlock:
             self.dropped += 1
 
-    def _discovery(self) -> list[bytes]:
-        if not self.config.discovery:
-            return []
-        return [self._packet(topic, payload, retain=True)
-                for topic, payload in discovery_messages(self.config, self.version)]
+    def _discovery(self) -> list[tuple[str, bytes]]:
+        return discovery_messages(self.config, self.version) if self.config.discovery else []
 
     # ---- what comes in ----
 
@@ -234,6 +267,9 @@ class MqttService:
             self._command(packet)
             if packet.qos and packet.packet_id is not None:
                 await stream.send_all(codec.puback(packet.packet_id))
+        elif isinstance(packet, codec.PubAck):
+            if self._in_flight.pop(packet.packet_id, None) is not None:
+                self._acked.unpark()
         elif isinstance(packet, codec.ConnAck):
             raise codec.ProtocolError(codec.Problem.UNEXPECTED, "a second CONNACK")
         elif isinstance(packet, codec.SubAck) and 0x80 in packet.return_codes:
@@ -251,8 +287,8 @@ class MqttService:
         if topic == f"{config.discovery_prefix}/status":
             if isinstance(packet, codec.Publish) and packet.payload == b"online":
                 log.info("mqtt: Home Assistant is online: discovery configs again")
-                for message in self._discovery():
-                    self._queue(message)
+                for topic, payload in self._discovery():
+                    self._queue(topic, payload, retain=True)
             return
         kinds = {topics.ask: "ask", topics.house_ask: "ask", topics.announce: "announce",
                  topics.stop: "stop"}
@@ -292,12 +328,6 @@ class MqttService:
             self.requests += 1
             self._nursery.start_soon(self._request, command)
 
-    def _queue(self, packet: bytes) -> None:
-        try:
-            self._send.send_nowait(packet)
-        except trio.WouldBlock:
-            self.dropped += 1
-
     def refuse(self, topic: str, refusal: messages.Refusal) -> None:
         self.bad_payloads += 1
         log.warning("mqtt: %s: %s: %s", topic, refusal.code.value,
@@ -320,9 +350,19 @@ class MqttService:
             self._failed = isinstance(reply, replies.Error)
         else:
             return
-        self.state = "thinking" if self._thinking else "error" if self._failed else "idle"
-        self._queue(codec.publish(self.topics.state, self._state_payload(), qos=1,
-                                  retain=True, packet_id=next(self._packet_ids)))
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        # Speaking first: a board whose answer is still streaming is heard
+        # saying its first sentences. Read now, not from the hub's last
+        # notice: at an answer's done its last sentence has just been queued.
+        speaking = bool(self.bus.devices) and self.bus.devices.speaking
+        self.state = "speaking" if speaking else "thinking" if self._thinking \
+            else "error" if self._failed else "idle"
+        payload = self._state_payload()
+        if payload != self._published_state:
+            self._published_state = payload
+            self._queue(self.topics.state, payload, retain=True)
 
     # ---- the operations ----
 

@@ -161,10 +161,22 @@ class Device:
     # for it (agent/devices/speech_text.py) before they are cut.
     speech: SpeechOptions | None = None
     speaks = False  # a speech device: announce and stop concern it
+    on_speech: Callable[[], None] | None = None  # the hub's, when a board state follows speech
 
     def __init__(self, common: Common) -> None:
         self.common = common
         self.name = common.name
+
+    @property
+    def speaking(self) -> bool:
+        """A speech device is saying something now: its program runs, its
+        audio is asked for, buffered or playing."""
+        return False
+
+    def speech_changed(self) -> None:
+        """A speech device calls this where `speaking` may have changed."""
+        if self.on_speech is not None:
+            self.on_speech()
 
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> "Device":
@@ -215,6 +227,8 @@ class Inbox:
     # A BLOCK wait that ran out: the device is not keeping up, so later
     # events are dropped at once instead of each costing the stream a wait.
     stalled: bool = False
+    sentences: int = 0  # SENTENCE events queued: what a speech device has still to say
+    watch: Callable[[], None] | None = None  # called when `sentences` changes
     _events: deque = field(default_factory=deque)
     _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
     _writable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
@@ -232,6 +246,7 @@ class Inbox:
         self._events = kept
         self.stalled = False
         self._writable.unpark_all()
+        self._counted(sum(event.type == SENTENCE for event in kept) - self.sentences)
 
     async def put(self, event: Event) -> None:
         if len(self._events) >= self.size:
@@ -245,12 +260,19 @@ class Inbox:
                     self.dropped += 1
                     return
             elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
-                self._events.popleft()
+                self._counted(-(self._events.popleft().type == SENTENCE))
                 self.dropped += 1
             else:
                 return
         self._events.append(event)
         self._readable.unpark()
+        self._counted(event.type == SENTENCE)
+
+    def _counted(self, change: int) -> None:
+        if change:
+            self.sentences += change
+            if self.watch is not None:
+                self.watch()
 
     def _coalesce(self, event: Event) -> bool:
         """Join a text event to the newest queued event when that is text of
@@ -278,6 +300,7 @@ class Inbox:
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
+        self._counted(-(event.type == SENTENCE))
         return event
 
     def __aiter__(self):

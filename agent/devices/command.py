@@ -258,10 +258,16 @@ class CommandDevice(Device):
             if text:
                 with trio.CancelScope() as scope:
                     self._speaking = (request_key(event.request), scope)
+                    self.speech_changed()
                     try:
                         await self._run_for(text, event.request.get("session") or "")
                     finally:
                         self._speaking = None
+                        self.speech_changed()
+
+    @property
+    def speaking(self) -> bool:
+        return self.speaks and self._speaking is not None
 
     def silence(self, requests: frozenset | None) -> bool:
         if self._speaking is None:

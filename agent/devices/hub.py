@@ -196,6 +196,9 @@ class DeviceHub:
         self._ask: AskHook | None = None
         self._on_state: StateHook | None = None
         self._stop: StopHook | None = None
+        self._on_speech: Callable[[], None] | None = None
+        self._speaking = False
+        self._speech_check = False  # a check of `speaking` is scheduled
 
     def __bool__(self) -> bool:
         return bool(self._devices)
@@ -306,6 +309,33 @@ class DeviceHub:
             return sentences.feed(text)
         running.segmenters.pop(key, None)  # a step or the ask ended: the rest of its text
         return sentences.close() if sentences is not None else []
+
+    # ---- speech, for the board's state ----
+
+    @property
+    def speaking(self) -> bool:
+        """A speech device has sentences queued or says something."""
+        return any(r.inbox.sentences or r.device.speaking for r in self._speech())
+
+    def watch_speech(self, listener: Callable[[], None]) -> None:
+        """listener() once `speaking` has changed."""
+        self._on_speech = listener
+        for running in self._speech():
+            running.device.on_speech = running.inbox.watch = self._speech_changed
+
+    def _speech_changed(self) -> None:
+        # Checked once the task that changed it yields: a device takes its
+        # next sentence and starts saying it in one step, never seen as silence.
+        if not self._speech_check:
+            self._speech_check = True
+            trio.lowlevel.current_trio_token().run_sync_soon(self._check_speech)
+
+    def _check_speech(self) -> None:
+        self._speech_check = False
+        speaking = self.speaking
+        if speaking != self._speaking:
+            self._speaking = speaking
+            self._on_speech()
 
     # ---- announcements and stops ----
 
@@ -432,5 +462,6 @@ class DeviceHub:
                  "last_error": r.last_error, "queued": len(r.inbox), "dropped": r.inbox.dropped,
                  "coalesced": r.inbox.coalesced,
                  "tools": [spec.name for dev, spec in self._tools.values() if dev == name],
+                 **({"speaking": r.device.speaking} if r.device.speaks else {}),
                  **r.device.status()}
                 for name, r in self._devices.items()]

@@ -264,6 +264,7 @@ class WyomingSpeech(Device):
         while True:
             self._connection = trio.CancelScope()
             self._carried, self._awaiting, self._stopped = set(), 0, False
+            self.speech_changed()
             with self._connection:
                 await self._speak(_Noting(inbox, self._carried), task_status)
             # silence() ended the connection: a new one, with nothing of the old
@@ -301,6 +302,7 @@ class WyomingSpeech(Device):
                     await self._send_text(stream, inbox, streams)
             finally:
                 self.connected = False
+                self.speech_changed()
 
     async def _until(self, stream, reader: wyoming.Reader, kind: str) -> wyoming.Event:
         while True:
@@ -362,8 +364,12 @@ class WyomingSpeech(Device):
         await self._send(stream, "synthesize-chunk", {"text": text})
 
     async def _send(self, stream, kind: str, data: dict) -> None:
+        # Counted before it is sent: the sentence just taken from the inbox
+        # is being said from here on (`speaking` has no gap).
+        if kind == ("synthesize-start" if self._streams else "synthesize"):
+            self._awaiting += 1
+            self.speech_changed()
         await stream.send_all(wyoming.encode(wyoming.Event(kind, data)))
-        self._awaiting += kind == ("synthesize-start" if self._streams else "synthesize")
 
     # ---- audio in and out ----
 
@@ -382,6 +388,7 @@ class WyomingSpeech(Device):
                     await audio.end()
                 if event.type == ("synthesize-stopped" if self._streams else "audio-stop"):
                     self._awaiting = max(0, self._awaiting - 1)
+                    self.speech_changed()
                 elif event.type == "error":
                     log.warning("device %s: the TTS server reported: %s", self.name,
                                 event.data.get("text", event.data))
@@ -391,6 +398,7 @@ class WyomingSpeech(Device):
             async for item in audio.receive:
                 if item is None:
                     await self._close_player()
+                    self.speech_changed()
                     continue
                 fmt, pcm, seconds = item
                 if self._player is not None and self._player.format != fmt:
@@ -413,6 +421,10 @@ class WyomingSpeech(Device):
 
     # ---- stop ----
 
+    @property
+    def speaking(self) -> bool:
+        return self.connected and not self._quiet()
+
     def _quiet(self) -> bool:
         """Nothing to play, nothing playing, nothing asked of the server."""
         queued = self._audio is not None and self._audio.receive.statistics().current_buffer_used
@@ -425,6 +437,7 @@ class WyomingSpeech(Device):
         if self._player is not None:
             self._player.kill()  # now: not at the end of what it has buffered
         self._connection.cancel()
+        self.speech_changed()
         self._stopped = True
         self.stops += 1
         self.audio_after_stop = 0
