@@ -164,11 +164,35 @@ demo:
 """
 
 
+# Run by the venv's python: argv url and client name, the access token on
+# stdin; prints the long-lived token (auth/long_lived_access_token).
+_LONG_LIVED = """
+import asyncio, sys
+import aiohttp
+
+async def main(url, name, token):
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url + "/api/websocket", timeout=30) as ws:
+            assert (await ws.receive_json())["type"] == "auth_required"
+            await ws.send_json({"type": "auth", "access_token": token})
+            reply = await ws.receive_json()
+            assert reply["type"] == "auth_ok", reply
+            await ws.send_json({"id": 1, "type": "auth/long_lived_access_token",
+                                "client_name": name, "lifespan": 1})
+            reply = await ws.receive_json()
+            assert reply.get("success"), reply
+            print(reply["result"])
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.stdin.read().strip()))
+"""
+
+
 class HomeAssistant:
     """One `python -m homeassistant` in its own config directory, onboarded."""
 
-    def __init__(self, process: subprocess.Popen, directory: Path, port: int) -> None:
-        self.process, self.dir, self.port = process, directory, port
+    def __init__(self, process: subprocess.Popen, directory: Path, port: int,
+                 venv: Path) -> None:
+        self.process, self.dir, self.port, self.venv = process, directory, port, venv
         self.url = f"http://127.0.0.1:{port}"
         self.token = ""
         self.start_seconds = 0.0  # from the process start to RUNNING
@@ -185,7 +209,7 @@ class HomeAssistant:
                  "-c", str(directory), "--skip-pip"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=directory,
                 env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-        home = cls(process, directory, port)
+        home = cls(process, directory, port, venv)
         try:
             home._onboard(time.monotonic() + START_TIMEOUT)
         except BaseException:
@@ -226,6 +250,18 @@ class HomeAssistant:
         }).raise_for_status().json()["access_token"]  # valid 30 minutes: a test module's life
         self._until(deadline, "RUNNING state",
                     lambda: self.get("/api/config")["state"] == "RUNNING")
+
+    def long_lived_token(self, client_name: str) -> str:
+        """A long-lived access token, as a user makes one on their profile
+        page: asked for over Home Assistant's WebSocket API (which httpx does
+        not speak) by the venv's own aiohttp, in a subprocess."""
+        done = subprocess.run(
+            [str(self.venv / "bin" / "python"), "-c", _LONG_LIVED, self.url, client_name],
+            input=self.token, capture_output=True, text=True, timeout=timeout(60),
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        if done.returncode != 0:
+            raise AssertionError(f"no long-lived token: {done.stderr[-2000:]}")
+        return done.stdout.strip()
 
     def get(self, path: str):
         return httpx.get(self.url + path, headers=self._auth(), timeout=timeout(30)) \

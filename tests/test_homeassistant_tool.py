@@ -276,6 +276,7 @@ CALLS = {
     "outside": ("ha_call_service", {"domain": "light", "service": "turn_off",
                                     "entity_id": OUTSIDE}),
     "state": ("ha_get_state", {"entity_id": ALLOWED}),
+    "list": ("ha_list_entities", {}),
 }
 
 
@@ -290,20 +291,23 @@ def home(tmp_path_factory):
 def agent(tmp_path_factory, mock, home):
     directory = tmp_path_factory.mktemp("agent")
     token = directory / "ha.token"
-    token.write_text(home.token + "\n")
+    # what a user gives the board: a long-lived token from their profile
+    long_lived = home.long_lived_token("homeagent test")
+    token.write_text(long_lived + "\n")
     token.chmod(0o600)
     providers = {name: {"headers": {"x-mock-tool-call": json.dumps(
                      {"name": tool, "arguments": json.dumps(arguments)})}}
                  for name, (tool, arguments) in CALLS.items()}
     device = "\n".join(["[devices.home]", 'type = "homeassistant"',
                         f"url = {toml_value(home.url)}", f"token_file = {toml_value(str(token))}",
-                        f"allow_entities = {toml_value([ALLOWED])}",
+                        f"allow_entities = {toml_value([ALLOWED, 'sensor.outside_*'])}",
                         'allow_services = ["light.turn_on", "light.turn_off"]'])
     daemon = Daemon(directory, mock.url, providers=providers, default_provider="state",
                     extra=device).start()
+    daemon.token = long_lived
     yield daemon
     assert daemon.stop() == 0, daemon.log()
-    assert home.token not in daemon.log()
+    assert long_lived not in daemon.log()
 
 
 def ask(daemon, provider: str) -> dict:
@@ -349,4 +353,18 @@ def test_a_state_reaches_the_model_summarized(home, agent, mock):
     with agent.client() as client:
         [device] = client.call("status")["devices"]
     assert device["kind"] == "homeassistant" and device["state"] == "running"
-    assert home.token not in json.dumps(device)
+    assert agent.token not in json.dumps(device)
+
+
+@HOST_ONLY
+def test_the_list_is_the_allowed_entities_of_the_real_house(home, agent):
+    states = {s["entity_id"]: s for s in home.get("/api/states")}
+    wanted = sorted(e for e in states if e == ALLOWED or e.startswith("sensor.outside_"))
+    assert len(wanted) >= 2 and OUTSIDE in states  # the demo has a glob's worth, and more
+    result = ask(agent, "list")
+    assert result["is_error"] is False
+    listed = [line.split(":", 1)[0] for line in result["content"].splitlines()]
+    assert sorted(listed) == wanted, result["content"]
+    for line in result["content"].splitlines():
+        entity_id, summary = line.split(": ", 1)
+        assert summary.startswith(states[entity_id]["state"]), line
