@@ -192,3 +192,12 @@ def test_status_shows_the_mqtt_connection():
                                    "bad_payloads": 1}})
     assert ("mqtt mqtt://b:1883 as board hall: not connected (connection refused), "
             "3 reconnects, 5 in, 7 out, 1 bad payloads") in text.splitlines()
+
+
+@pytest.mark.parametrize("topic, board", [
+    ("p/kitchen/availability", "kitchen"), ("p/hall-2/availability", "hall-2"),
+    ("p/Kitchen/availability", None), ("p/a b/availability", None),
+    ("q/kitchen/availability", None), ("p/x/y/availability", None),
+    ("p/kitchen/state", None), ("p//availability", None)])
+def test_only_a_board_name_s_availability_counts_as_a_board(topic, board):
+    assert Topics("p", "b").board_of_availability(topic) == board

@@ -60,5 +60,11 @@ class Topics:
         return [self.ask, self.announce, self.stop, self.house_share, self.every_availability]
 
     def board_of_availability(self, topic: str) -> str | None:
+        """The board whose availability topic this is; None for any other
+        topic, and for a level that is no board name (it will never be
+        made into a topic of ours)."""
         head, _, board = topic.removesuffix("/availability").rpartition("/")
-        return board if head == self.prefix and topic.endswith("/availability") else None
+        if head == self.prefix and topic.endswith("/availability") \
+                and BOARD_NAME.fullmatch(board):
+            return board
+        return None
