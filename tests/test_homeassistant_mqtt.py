@@ -4,8 +4,9 @@ its discovery configs (agent/mqtt/discovery.py), Home Assistant's MQTT
 integration, added through its config flow, makes the board's entities
 from them, and Home Assistant's services reach the daemon: setting the text
 entity asks the model (the mock's recorded requests show it), pressing the
-button stops the ask, the state sensor follows the board, and a board
-that stops is unavailable.
+button stops the ask, the announce entity speaks on the board's voice, the
+state sensor follows the board (speaking while the voice is held), and a
+board that stops is unavailable.
 """
 
 from __future__ import annotations
@@ -46,10 +47,16 @@ def house(tmp_path_factory, mock):
         home = harness.started(tmp_path_factory.mktemp("home-assistant"))
         home.add_mqtt(broker.port)
         mqtt = {"broker": broker.host, "port": broker.port, "board": BOARD, "keepalive": 5}
-        daemon = Daemon(tmp_path_factory.mktemp("board"), mock.url,
+        directory = tmp_path_factory.mktemp("board")
+        # a voice that says nothing while spoken.txt.hold exists
+        speech = ["sh", "-c", 'while [ -e "$0.hold" ]; do sleep 0.02; done; '
+                  'printf "%s\\n" "$1" >> "$0"', str(directory / "spoken.txt"), "{text}"]
+        daemon = Daemon(directory, mock.url,
                         providers={"mock": {"headers": {"x-mock-delay-ms": str(DELAY_MS)}}},
                         extra="[mqtt]\n" + "".join(f"{k} = {json.dumps(v)}\n"
-                                                   for k, v in mqtt.items())).start()
+                                                   for k, v in mqtt.items())
+                        + '[devices.voice]\ntype = "command"\nspeech = true\n'
+                        + f"argv = {json.dumps(speech)}\n").start()
         yield home, daemon, watcher
     finally:
         if daemon is not None:
@@ -98,6 +105,22 @@ def test_pressing_the_button_stops_the_ask(house):
                                    ["finish_reason"] == "stopped", wait=30).payload)
     assert done["id"] == "mqtt-2"  # the second ask, not the answered first one
     home.wait_state(ENTITIES["state"], lambda s: s["state"] == "idle", "the board idle again")
+
+
+def test_the_announce_entity_speaks_and_the_sensor_says_speaking(house):
+    home, daemon, _ = house
+    hold, spoken = daemon.dir / "spoken.txt.hold", daemon.dir / "spoken.txt"
+    hold.touch()
+    try:
+        home.post("/api/services/text/set_value", {"entity_id": ENTITIES["announce"],
+                                                    "value": "Dinner is ready."})
+        home.wait_state(ENTITIES["state"], lambda s: s["state"] == "speaking",
+                        "the board speaking")
+        assert not spoken.exists() or "Dinner is ready." not in spoken.read_text()
+    finally:
+        hold.unlink()
+    home.wait_state(ENTITIES["state"], lambda s: s["state"] == "idle", "the board idle")
+    assert "Dinner is ready." in spoken.read_text().splitlines()
 
 
 def test_a_board_that_stops_is_unavailable(house):
