@@ -200,6 +200,17 @@ class Broker:
         return Watcher(self, topics, user, client_id)
 
 
+def on_filter(topic_filter: str, topic: str) -> bool:
+    """topic matches the filter (MQTT 3.1.1, 4.7: + one level, # the rest)."""
+    want, have = topic_filter.split("/"), topic.split("/")
+    for at, level in enumerate(want):
+        if level == "#":
+            return True
+        if at >= len(have) or level not in ("+", have[at]):
+            return False
+    return len(want) == len(have)
+
+
 class Watcher:
     """mosquitto_sub on topics, every message kept in arrival order."""
 
@@ -235,10 +246,10 @@ class Watcher:
 
     def wait(self, topic: str, match: Callable[[Message], bool] = lambda m: True,
              wait: float = 10, after: int = 0) -> Message:
-        """The first message on topic that matches, already seen (from the
-        after-th message on) or still to come."""
+        """The first message on topic (a filter: + and # as MQTT's) that
+        matches, already seen (from the after-th message on) or still to come."""
         for message in self.messages[after:]:
-            if message.topic == topic and match(message):
+            if on_filter(topic, message.topic) and match(message):
                 return message
         deadline = time.monotonic() + timeout(wait)
         while True:
@@ -251,7 +262,7 @@ class Watcher:
             if message is None:
                 raise AssertionError("mosquitto_sub ended")
             self.messages.append(message)
-            if message.topic == topic and match(message):
+            if on_filter(topic, message.topic) and match(message):
                 return message
 
     def on(self, topic: str) -> list[Message]:

@@ -117,3 +117,24 @@ def test_the_state_is_speaking_while_a_board_has_something_to_say(boards, broker
     finally:
         hold.unlink(missing_ok=True)
         watcher.close()
+
+
+def test_an_ask_to_the_house_is_answered_by_exactly_one_board(boards, broker, mock):  # noqa: F811
+    watcher = broker.subscribe("homeagent/+/done")
+    try:
+        mock.clear()
+        ids = [f"house-{n}" for n in range(4)]
+        for ask_id in ids:
+            broker.publish("homeagent/house/ask", json.dumps(
+                {"text": f"A question for the house, {ask_id}", "id": ask_id}).encode())
+        for ask_id in ids:
+            watcher.wait("homeagent/+/done", is_json(id=ask_id))
+        # the broker gives each to one board at publish: a second board's
+        # answer would have started by now, and its request is recorded
+        answered = [json.loads(m.payload)["id"] for m in watcher.messages]
+        assert sorted(a for a in answered if a in ids) == ids, watcher.messages
+        prompts = [r["body"]["messages"][-1]["content"] for r in mock.requests()]
+        assert sorted(p for p in prompts if "for the house" in p) == sorted(
+            f"A question for the house, {ask_id}" for ask_id in ids)
+    finally:
+        watcher.close()
