@@ -54,9 +54,6 @@ _HEADER = struct.Struct(f"={_HDR}q")  # events, text bytes, bytes used, full
 _RECORD = struct.Struct(f"={_W}q")
 _HDR_BYTES = _HEADER.size
 _REC_BYTES = _RECORD.size
-# The header and the first record in one tuple: a read of a stream that keeps
-# up with the model is one event, most often one text record.
-_HEADER_AND_RECORD = struct.Struct(f"={_HDR + _W}q")
 # Record words by their header names (ha_rec_word), bound once: the hot loop
 # indexes tuples with module ints, no attribute lookup per record.
 _KIND, _INDEX, _SUB, _CODE = (lib.HA_WORD_KIND, lib.HA_WORD_INDEX, lib.HA_WORD_SUB,
@@ -69,12 +66,28 @@ _USAGE_WORDS = (lib.HA_USAGE_INPUT, lib.HA_USAGE_OUTPUT, lib.HA_USAGE_TOTAL,
                 lib.HA_USAGE_CACHE_READ, lib.HA_USAGE_CACHE_WRITE, lib.HA_USAGE_REASONING)
 _TIMING_WORDS = (lib.HA_TIMING_TOTAL, lib.HA_TIMING_LOAD, lib.HA_TIMING_PROMPT_EVAL,
                  lib.HA_TIMING_EVAL)
+
+
+def _words(*positions: int) -> struct.Struct:
+    """A Struct that reads only the words at these positions (ascending) of
+    the record area, skipping the rest as padding: each word read is an int
+    object made, so the one-delta path reads the six it needs."""
+    fmt, at = "=", 0
+    for w in positions:
+        if w < at:
+            raise ValueError("word positions must ascend")
+        fmt += f"{(w - at) * 8}xq"
+        at = w + 1
+    return struct.Struct(fmt)
+
+
+# A read of a stream that keeps up with the model is one event, most often
+# one text record: of the header and that record, the words it needs.
+_ONE = _words(lib.HA_HDR_TEXT, lib.HA_HDR_FULL, _HDR + _KIND, _HDR + _INDEX, _HDR + _SUB,
+              _HDR + _S2)
+# and, when it names an item (Responses), where its piece and id are
+_ONE_SPANS = _words(_HDR + _S1, _HDR + _S1_END, _HDR + _S2_END)
 _TEXT = lib.HA_REC_TEXT
-# that record's words in _HEADER_AND_RECORD's tuple
-_ONE_KIND, _ONE_INDEX, _ONE_SUB = _HDR + _KIND, _HDR + _INDEX, _HDR + _SUB
-_ONE_S1, _ONE_S1_END, _ONE_S2, _ONE_S2_END = (_HDR + _S1, _HDR + _S1_END, _HDR + _S2,
-                                              _HDR + _S2_END)
-_HDR_TEXT, _HDR_FULL = lib.HA_HDR_TEXT, lib.HA_HDR_FULL
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
 _SSE_EVENT = lib.HA_REC_SSE_EVENT
@@ -150,24 +163,22 @@ class StreamDecoder:
             # The usual read of a stream that keeps up: one delta, whose
             # strings are then all the call's text. One unpack, one decode,
             # one object; no record loop.
-            w = _HEADER_AND_RECORD.unpack_from(self._recs)
-            kind = w[_ONE_KIND]
+            text_len, full, kind, index, sub, s2 = _ONE.unpack_from(self._recs)
             delta = _PLAIN_DELTAS.get(kind)
-            if (delta is not None or kind == _TOOL_ARGS) and not w[_HDR_FULL]:
-                text = self._text[0:w[_HDR_TEXT]].decode("utf-8")
-                s2, sub = w[_ONE_S2], w[_ONE_SUB]
+            if (delta is not None or kind == _TOOL_ARGS) and not full:
+                text = self._text[0:text_len].decode("utf-8")
                 item_id = None
                 if s2 >= 0:  # Responses: the item id, then the piece
-                    item_id = text[s2:w[_ONE_S2_END]]
+                    s1, s1_end, s2_end = _ONE_SPANS.unpack_from(self._recs)
+                    item_id = text[s2:s2_end]
                     if item_id == self._item_id:
                         item_id = self._item_id  # one str for all of an item's deltas
                     else:
                         self._item_id = item_id
-                    text = text[w[_ONE_S1]:w[_ONE_S1_END]]
+                    text = text[s1:s1_end]
                 if delta is None:
-                    return [ToolArgsDelta(w[_ONE_INDEX], None if sub < 0 else sub, text,
-                                          item_id)]
-                return [delta(w[_ONE_INDEX], text, None if sub < 0 else sub, item_id)]
+                    return [ToolArgsDelta(index, None if sub < 0 else sub, text, item_id)]
+                return [delta(index, text, None if sub < 0 else sub, item_id)]
         out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
