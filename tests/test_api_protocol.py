@@ -505,6 +505,13 @@ def test_dump_line_with_a_lone_surrogate_is_an_ascii_line():
     assert encode(replies.Delta("a\ud800b"), "é") == b'{"id":"\\u00e9","type":"delta","text":"a\\ud800b"}\n'
 
 
+@given(st.text(st.characters(blacklist_categories=())), st.integers())
+def test_the_delta_line_is_the_generic_encoders_line(text, request_id):
+    # encode's per-token path (delta_line) against the walk every other reply takes
+    generic = dump_line(replies.outgoing({"id": request_id, "type": "delta", "text": text}))
+    assert encode(replies.Delta(text), request_id) == generic
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(blacklist_categories=())),  # surrogates too

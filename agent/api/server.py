@@ -568,6 +568,11 @@ class ApiServer:
 
         async def emit(reply: replies.Reply) -> None:
             nonlocal outcome
+            if type(reply) is replies.Delta:  # the per-token path: nothing else to note
+                if streaming:
+                    conn.send(encode(reply, flight.request_id))
+                await self.bus.publish(reply, origin)
+                return
             if isinstance(reply, replies.Started):
                 flight.session, flight.provider = reply.session, reply.provider
                 origin["session"] = reply.session

@@ -183,21 +183,25 @@ class _Run:
         self.refused: str | None = None
 
     async def emit(self, events: list) -> None:
+        on_event = self.on_event
         for event in events:
-            if type(event) in _TEXT_EVENTS and self.max_text_bytes is not None:
-                text = event.text
-                self.text_bytes += len(text) if text.isascii() else len(text.encode("utf-8"))
-                if self.text_bytes > self.max_text_bytes:
-                    self.too_large = (f"the answer passed the limit of {self.max_text_bytes} "
-                                      "bytes of text; the stream was closed there")
-                    raise _TooLarge
-            self.forwarded = True
-            if isinstance(event, rec.ProviderError) and self.provider_error is None:
-                self.provider_error = event
+            if type(event) in _TEXT_EVENTS:  # the per-token path: no other check applies
+                if self.max_text_bytes is not None:
+                    text = event.text
+                    self.text_bytes += len(text) if text.isascii() else len(text.encode())
+                    if self.text_bytes > self.max_text_bytes:
+                        self.too_large = (f"the answer passed the limit of "
+                                          f"{self.max_text_bytes} bytes of text; the stream "
+                                          "was closed there")
+                        raise _TooLarge
+            elif isinstance(event, rec.ProviderError):
+                if self.provider_error is None:
+                    self.provider_error = event
             elif isinstance(event, (rec.DecodeWarning, rec.UnknownField)):
                 self._mask(event)
-            if self.on_event is not None:
-                await self.on_event(event)
+            self.forwarded = True
+            if on_event is not None:
+                await on_event(event)
 
     def _mask(self, warning: rec.DecodeWarning | rec.UnknownField) -> None:
         key = self.provider.api_key
@@ -304,10 +308,15 @@ async def _body(run: _Run, response: httpx.Response) -> None:
             await _not_a_stream(run, response, media, stream_type, inflater)
             return
         received = 0
+        feed = run.decoder.feed
         async for read in response.aiter_raw():
-            for piece in inflater.feed(read) if inflater else (read,):
+            if inflater is None:  # the usual body: one read, one feed
+                received += len(read)
+                await run.emit(feed(read))
+                continue
+            for piece in inflater.feed(read):
                 received += len(piece)
-                await run.emit(run.decoder.feed(piece))
+                await run.emit(feed(piece))
     except zlib.error as exc:
         why = f"the {encoding} body does not decode: {exc}"
         if run.forwarded:

@@ -398,12 +398,14 @@ class Runner:
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
                 nonlocal completed, unyielded, first_reply
-                reply = event_reply(event)
+                if type(event) is rec.TextDelta:  # the per-token path
+                    said.append(event.text)
+                    reply = replies.Delta(event.text)
+                else:
+                    reply = event_reply(event)
                 if reply is not None:
                     if first_reply is None:
                         first_reply = self.health.now()
-                    if type(reply) is replies.Delta:
-                        said.append(reply.text)
                     await emit(reply)
                     # One network read can decode into many replies: let the
                     # clients' writers run between them, so a reading client's
