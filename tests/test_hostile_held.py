@@ -296,11 +296,16 @@ def test_kill_9_again_and_again_mid_ask_leaves_every_session_file_intact(tmp_pat
     try:
         with daemon.client() as client:
             for s in range(3):
+                # one whole exchange after the kills: every session has a
+                # file, whether or not a kill came after one of its commits
+                text, _ = ask_text(client, f"run {KILLS}", session=f"k{s}", provider="paced")
+                assert text == ENGLISH
                 turns = client.call("history", session=f"k{s}")["turns"]
                 runs = [int(t["text"].split()[1]) for t in turns[0::2]]
                 assert [t["role"] for t in turns] == ["user", "assistant"] * len(runs)
                 assert all(t["text"] == ENGLISH for t in turns[1::2]), turns
                 assert runs == sorted(set(runs)), runs  # each exchange once, in order
+                assert runs[-1] == KILLS, runs
         assert "does not read" not in daemon.log()
         assert sorted(p.name for p in sessions.iterdir()) == ["k0.json", "k1.json", "k2.json"]
     finally:
