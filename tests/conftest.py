@@ -11,6 +11,14 @@ import platform
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis's own clocks (an example's deadline, "input generation is
+# slow") are checks that fail by chance on a loaded or emulated machine: a
+# test checks its property, never how long an example took to make or run.
+settings.register_profile("homeagent", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("homeagent")
 
 
 def _positive(name: str, default: str) -> float:
