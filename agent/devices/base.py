@@ -266,7 +266,8 @@ class Inbox:
                 return
         self._events.append(event)
         self._readable.unpark()
-        self._counted(event.type == SENTENCE)
+        if event.type == SENTENCE:  # not a call per delta: this is the per-token path
+            self._counted(1)
 
     def _counted(self, change: int) -> None:
         if change:
@@ -300,7 +301,8 @@ class Inbox:
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
-        self._counted(-(event.type == SENTENCE))
+        if event.type == SENTENCE:
+            self._counted(-1)
         return event
 
     def __aiter__(self):
