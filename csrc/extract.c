@@ -213,6 +213,25 @@ size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)
     }
 }
 
+int64_t ha_stream_feed_packed(ha_stream *st, const uint8_t *in, size_t len)
+{
+    size_t n = ha_stream_feed(st, in, len);
+    const int64_t *r = st->recs + HA_REC_HEADER;
+    int64_t kind;
+    if (n != 1 || st->recs[HA_HDR_FULL] || r[HA_WORD_SUB] >= 0 || r[HA_WORD_S2] >= 0 ||
+        r[HA_WORD_INDEX] < 0 || r[HA_WORD_INDEX] >= HA_PACKED_MAX_INDEX ||
+        r[HA_WORD_S1] != 0 || r[HA_WORD_S1_END] != (int64_t)st->out.text_chars)
+        return (int64_t)n;
+    switch (r[HA_WORD_KIND]) {
+    case HA_REC_TEXT: kind = HA_PACKED_TEXT; break;
+    case HA_REC_REASONING: kind = HA_PACKED_REASONING; break;
+    case HA_REC_REFUSAL: kind = HA_PACKED_REFUSAL; break;
+    default: return (int64_t)n;
+    }
+    return -1 - (st->recs[HA_HDR_TEXT] << HA_PACKED_TEXT_SHIFT |
+                 r[HA_WORD_INDEX] << HA_PACKED_KIND_BITS | kind);
+}
+
 size_t ha_stream_close(ha_stream *st)
 {
     size_t pending = 0;

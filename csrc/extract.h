@@ -253,6 +253,23 @@ int ha_stream_init(ha_stream *st, ha_protocol proto,
  * returns the number of records. */
 size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len);
 
+/* ha_stream_feed() for a caller that decodes the usual read fast: the
+ * read of a stream that keeps up with the model is one plain delta (TEXT,
+ * REASONING or REFUSAL) of a small index, no sub index and no item id,
+ * whose text is then the call's whole text. Such a call returns, instead
+ * of its count 1, the negative
+ *     -1 - (text_bytes << HA_PACKED_TEXT_SHIFT | index << HA_PACKED_KIND_BITS
+ *           | kind)
+ * with kind HA_PACKED_TEXT, _REASONING or _REFUSAL and index below
+ * HA_PACKED_MAX_INDEX; any other call returns ha_stream_feed()'s count.
+ * The header and the record are written either way. */
+#define HA_PACKED_KIND_BITS 2
+#define HA_PACKED_INDEX_BITS 6
+#define HA_PACKED_TEXT_SHIFT (HA_PACKED_KIND_BITS + HA_PACKED_INDEX_BITS)
+#define HA_PACKED_MAX_INDEX (1 << HA_PACKED_INDEX_BITS)
+typedef enum { HA_PACKED_TEXT, HA_PACKED_REASONING, HA_PACKED_REFUSAL } ha_packed_kind;
+int64_t ha_stream_feed_packed(ha_stream *st, const uint8_t *in, size_t len);
+
 /* End of stream: delivers a pending event (ollama: or the last line if it
  * had no LF), then a HA_REC_TAIL record if anything was left undelivered or
  * cut. Same return and header as feed. */

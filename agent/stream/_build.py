@@ -27,7 +27,11 @@ CDEF = """
 #define HA_SSE_TAIL_UNTERMINATED_EVENT ...
 #define HA_SSE_TAIL_PARTIAL_LINE ...
 #define HA_SSE_TAIL_INCOMPLETE_UTF8 ...
+#define HA_PACKED_KIND_BITS ...
+#define HA_PACKED_TEXT_SHIFT ...
+#define HA_PACKED_MAX_INDEX ...
 
+typedef enum { HA_PACKED_TEXT, HA_PACKED_REASONING, HA_PACKED_REFUSAL, ... } ha_packed_kind;
 typedef enum { HA_PROTO_SSE, HA_PROTO_OPENAI_CHAT, HA_PROTO_ANTHROPIC,
                HA_PROTO_OPENAI_RESPONSES, HA_PROTO_OLLAMA, ... } ha_protocol;
 typedef enum { HA_HDR_EVENTS, HA_HDR_TEXT, HA_HDR_CONSUMED, HA_HDR_FULL, ... }
@@ -86,7 +90,8 @@ def declarations(header: str, names: tuple[str, ...]) -> str:
 
 
 STREAM_FUNCTIONS = ("ha_stream_text_size", "ha_stream_raw_size", "ha_stream_init",
-                    "ha_stream_feed", "ha_stream_close", "ha_stream_retry")
+                    "ha_stream_feed", "ha_stream_feed_packed", "ha_stream_close",
+                    "ha_stream_retry")
 JSON_FUNCTIONS = ("ha_json_parse", "ha_json_iter_init", "ha_json_obj_next", "ha_json_arr_next",
                   "ha_json_obj_get", "ha_json_str_max", "ha_json_str_decode",
                   "ha_json_get_i64", "ha_json_get_f64")

@@ -94,6 +94,15 @@ _SSE_EVENT = lib.HA_REC_SSE_EVENT
 # The deltas built alike, (index, text, sub or None, item id or None)
 _PLAIN_DELTAS = {_TEXT: TextDelta, _REASONING: ReasoningDelta,
                  lib.HA_REC_REFUSAL: RefusalDelta}
+# ha_stream_feed_packed's return for one plain delta: ~n is its text's
+# bytes, index and kind (extract.h)
+_PACKED_KIND = (1 << lib.HA_PACKED_KIND_BITS) - 1
+_PACKED_BY_KIND = {lib.HA_PACKED_TEXT: TextDelta, lib.HA_PACKED_REASONING: ReasoningDelta,
+                   lib.HA_PACKED_REFUSAL: RefusalDelta}
+_PACKED = tuple(_PACKED_BY_KIND.get(k) for k in range(_PACKED_KIND + 1))
+_PACKED_INDEX = lib.HA_PACKED_MAX_INDEX - 1
+_PACKED_KIND_BITS = lib.HA_PACKED_KIND_BITS
+_PACKED_TEXT_SHIFT = lib.HA_PACKED_TEXT_SHIFT
 _END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
@@ -117,8 +126,8 @@ class StreamDecoder:
     Memory is allocated here, once; feeding allocates nothing in C.
     """
 
-    __slots__ = ("protocol", "_st", "_areas", "_recs", "_recs_view", "_text", "_raw",
-                 "_feed", "_closed", "_item_id")
+    __slots__ = ("protocol", "single", "_st", "_areas", "_recs", "_recs_view", "_text",
+                 "_raw", "_feed", "_closed", "_item_id")
 
     def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
                  buffer_size: int = DEFAULT_BUFFER_SIZE,
@@ -142,9 +151,13 @@ class StreamDecoder:
         self._recs_view = memoryview(self._recs)
         self._text = ffi.buffer(text)
         self._raw = memoryview(ffi.buffer(raw))
-        self._feed = lib.ha_stream_feed
+        self._feed = lib.ha_stream_feed_packed
         self._closed = False
         self._item_id: str | None = None  # of the last one-delta read
+        # The class of the event when the last feed() returned one delta,
+        # else None: a provider decoder continuing a part checks this
+        # instead of the event list.
+        self.single: type | None = None
 
     @property
     def retry(self) -> int | None:
@@ -159,10 +172,18 @@ class StreamDecoder:
         if type(data) is not bytes:
             data = bytes(data)
         n = self._feed(self._st, data, len(data))
+        if n < 0:
+            # The usual read of a stream that keeps up: one plain delta, all
+            # the call's text, told by the return value. One decode, one
+            # object; no unpack, no record loop.
+            n = ~n
+            self.single = delta = _PACKED[n & _PACKED_KIND]
+            return [delta(n >> _PACKED_KIND_BITS & _PACKED_INDEX,
+                          self._text[0:n >> _PACKED_TEXT_SHIFT].decode("utf-8"))]
         if n == 1:
-            # The usual read of a stream that keeps up: one delta, whose
-            # strings are then all the call's text. One unpack, one decode,
-            # one object; no record loop.
+            # One delta of another shape (a tool call's arguments, an item's
+            # piece), whose strings are then all the call's text. One
+            # unpack, one decode, one object.
             text_len, full, kind, index, sub, s2 = _ONE.unpack_from(self._recs)
             delta = _PLAIN_DELTAS.get(kind)
             if (delta is not None or kind == _TOOL_ARGS) and not full:
@@ -177,8 +198,11 @@ class StreamDecoder:
                         self._item_id = item_id
                     text = text[s1:s1_end]
                 if delta is None:
+                    self.single = ToolArgsDelta
                     return [ToolArgsDelta(index, None if sub < 0 else sub, text, item_id)]
+                self.single = delta
                 return [delta(index, text, None if sub < 0 else sub, item_id)]
+        self.single = None
         out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
@@ -188,6 +212,8 @@ class StreamDecoder:
                 return out
             data = data[used:]
             n = self._feed(self._st, data, len(data))
+            if n < 0:  # packed: its one record is written too
+                n = 1
 
     def close(self) -> list:
         """End of stream: a pending event, then Truncated if it was cut short."""

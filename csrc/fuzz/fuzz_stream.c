@@ -102,7 +102,28 @@ static void check_call(run *r, size_t n)
     }
 }
 
-/* Feed data in pieces of the given sizes, draining the output area. */
+/* ha_stream_feed_packed's return: a count, or the one plain delta it
+ * packs, which must be the record written. */
+static size_t unpack_count(const run *r, int64_t v)
+{
+    if (v >= 0)
+        return (size_t)v;
+    int64_t p = -1 - v;
+    const int64_t *w = r->recs + HA_REC_HEADER;
+    static const int64_t kinds[] = {[HA_PACKED_TEXT] = HA_REC_TEXT,
+                                    [HA_PACKED_REASONING] = HA_REC_REASONING,
+                                    [HA_PACKED_REFUSAL] = HA_REC_REFUSAL};
+    int64_t kind = p & ((1 << HA_PACKED_KIND_BITS) - 1);
+    if (kind > HA_PACKED_REFUSAL || w[HA_WORD_KIND] != kinds[kind] ||
+        w[HA_WORD_INDEX] != (p >> HA_PACKED_KIND_BITS & (HA_PACKED_MAX_INDEX - 1)) ||
+        r->recs[HA_HDR_TEXT] != p >> HA_PACKED_TEXT_SHIFT || r->recs[HA_HDR_FULL] ||
+        w[HA_WORD_SUB] != -1 || w[HA_WORD_S2] != -1 || w[HA_WORD_S1] != 0)
+        __builtin_trap();
+    return 1;
+}
+
+/* Feed data in pieces of the given sizes, draining the output area; the
+ * split run through ha_stream_feed_packed, which must write the same. */
 static void feed_all(run *r, ha_protocol proto, const uint8_t *data, size_t size,
                      const uint8_t *splits, size_t n_splits)
 {
@@ -118,7 +139,8 @@ static void feed_all(run *r, ha_protocol proto, const uint8_t *data, size_t size
         const uint8_t *in = data + pos;
         size_t left = piece;
         for (;;) {
-            size_t n = ha_stream_feed(&r->st, in, left);
+            size_t n = n_splits ? unpack_count(r, ha_stream_feed_packed(&r->st, in, left))
+                                : ha_stream_feed(&r->st, in, left);
             check_call(r, n);
             size_t used = (size_t)r->recs[HA_HDR_CONSUMED];
             if (used > left)

@@ -384,6 +384,52 @@ static void test_ollama(check_counts *c)
     free(f);
 }
 
+static int64_t feed_packed(fixture *f, const char *s)
+{
+    return ha_stream_feed_packed(&f->st, (const uint8_t *)s, strlen(s));
+}
+
+/* -1 - packed, unpacked: text bytes, index, kind */
+static int packed_is(int64_t v, int64_t text_bytes, int64_t index, int64_t kind)
+{
+    int64_t p = -1 - v;
+    return v < 0 && p >> HA_PACKED_TEXT_SHIFT == text_bytes &&
+           (p >> HA_PACKED_KIND_BITS & (HA_PACKED_MAX_INDEX - 1)) == index &&
+           (p & ((1 << HA_PACKED_KIND_BITS) - 1)) == kind;
+}
+
+static void test_packed_return(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OPENAI_CHAT, 64);
+    /* the first chunk has an id and a model: META besides the text, a count */
+    CHECK(c, feed_packed(f, "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n") == 2);
+    /* then one plain delta: packed, its record written all the same */
+    int64_t v = feed_packed(f, "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":3,\"delta\":{\"content\":\"h\\u00e9\"}}]}\n\n");
+    CHECK(c, packed_is(v, 3, 3, HA_PACKED_TEXT));
+    CHECK(c, rec(f, 0)[HA_WORD_KIND] == HA_REC_TEXT && f->recs[HA_HDR_TEXT] == 3 && span_is(f, 0, HA_WORD_S1, "h\xc3\xa9"));
+    v = feed_packed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"r\"}}]}\n\n");
+    CHECK(c, packed_is(v, 1, 0, HA_PACKED_REASONING));
+    v = feed_packed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"no\"}}]}\n\n");
+    CHECK(c, packed_is(v, 2, 0, HA_PACKED_REFUSAL));
+    /* an index past the packing, a tool call's arguments, two records,
+       nothing: the count */
+    CHECK(c, feed_packed(f, "data: {\"choices\":[{\"index\":64,\"delta\":{\"content\":\"x\"}}]}\n\n") == 1);
+    CHECK(c, feed_packed(f, "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n") == 1);
+    CHECK(c, feed_packed(f, "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"}},{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n") == 2);
+    CHECK(c, feed_packed(f, "data: {\"choices\":[{\"index\":0,\"del") == 0);
+    free(f);
+    /* Responses: a delta with an item id is not packed */
+    f = open_stream(HA_PROTO_OPENAI_RESPONSES, 64);
+    CHECK(c, feed_packed(f, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"i\",\"output_index\":0,\"content_index\":0,\"delta\":\"t\"}\n\n") == 1);
+    free(f);
+    /* an output area of one record: the second event of the read fills it */
+    f = open_stream(HA_PROTO_OLLAMA, 1);
+    CHECK(c, packed_is(feed_packed(f, "{\"message\":{\"content\":\"ab\"}}\n"), 2, 0, HA_PACKED_TEXT));
+    CHECK(c, feed_packed(f, "{\"message\":{\"content\":\"c\"}}\n{\"message\":{\"thinking\":\"d\"}}\n") == 1 &&
+                 f->recs[HA_HDR_FULL] == 1);
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -398,5 +444,6 @@ int main(int argc, char **argv)
     test_output_full_is_a_transaction(&c);
     test_framing_records_and_tail(&c);
     test_ollama(&c);
+    test_packed_return(&c);
     return check_summary(&c);
 }

@@ -56,6 +56,7 @@ _DELTA_NAME = {
     rec.SignatureDelta: "signature_delta",
     rec.ToolArgsDelta: "input_json_delta",
 }
+_PIECE_BUILDER = {rec.TextDelta: TextBuilder, rec.ReasoningDelta: ThinkingBuilder}
 _START_BUILDER = {
     ItemKind.TEXT: TextBuilder,
     ItemKind.THINKING: ThinkingBuilder,
@@ -163,6 +164,10 @@ class AnthropicDecoder(ProviderDecoder):
         self._blocks[index] = call
         out.append(ev.ToolCallOpened(call.call, call.id, call.name))
         return call
+
+    def _continued(self, delta):
+        b = self._blocks.get(delta.index)
+        return b if type(b) is _PIECE_BUILDER[type(delta)] else None
 
     def _block(self, e, want: type, out: list):
         """The block a delta extends, made if it was never started; None when

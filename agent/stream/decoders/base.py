@@ -16,7 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
-from agent.stream.records import DecodeWarning, Protocol, WarningCode
+from agent.stream.records import (
+    DecodeWarning,
+    Protocol,
+    ReasoningDelta,
+    TextDelta,
+    WarningCode,
+)
 from agent.stream.decoders.damage import dropped_code
 from agent.stream.decoders.events import MessageIncomplete, ToolCallDone
 from agent.stream.message import (
@@ -57,6 +63,8 @@ class ThinkingBuilder:
 
 
 DEFAULT_MAX_ARGUMENTS = 64 * 1024  # bytes of one call's arguments
+_PIECES = (TextDelta, ReasoningDelta)  # the deltas feed()'s short way continues
+_NO_PART = "no part continues"  # never the core's `single`
 
 
 class CallBuilder:
@@ -144,11 +152,36 @@ class ProviderDecoder:
         self._closed = False
         self._after_end_warned = False
         self.dropped_events: dict[str, int] = {}  # reason -> events the core dropped
+        # feed()'s short way: the class and index of the delta that continues
+        # the part in progress, and where that part's pieces go
+        self._continuing: type | str = _NO_PART
+        self._continuing_index = -1
+        self._add_piece = None
 
     def feed(self, data: bytes) -> list:
+        events = self._core.feed(data)
+        # The usual read: one piece of the part the last read's delta went
+        # to, passed on as it came. What _handle would do with it, without
+        # its loop and a second list.
+        if self._core.single is self._continuing and events[0].index == self._continuing_index:
+            self._add_piece(events[0].text)
+            return events
         out: list = []
-        self._handle(self._core.feed(data), out)
+        self._handle(events, out)
+        self._continuing = _NO_PART
+        last = events[-1] if events and not self._ended else None
+        if type(last) in _PIECES:
+            builder = self._continued(last)
+            if builder is not None:
+                self._continuing, self._continuing_index = type(last), last.index
+                self._add_piece = builder.pieces.append
         return out
+
+    def _continued(self, delta):
+        """The builder that _handle gave this text or reasoning delta's text
+        to, if a next delta of its class and index goes to it too; None when
+        that is not certain (each goes through _handle then)."""
+        return None
 
     def _pass_through(self, event, out: list) -> None:
         """A core event that means the same for every protocol (ProviderError,

@@ -41,10 +41,6 @@ from agent.stream.message import FinishReason, Message, merge_usage, normalise_f
 from agent.stream.records import Protocol
 
 
-# the delta that continues each kind of part
-_CONTINUES = {TextBuilder: rec.TextDelta, ThinkingBuilder: rec.ReasoningDelta}
-
-
 class OllamaDecoder(ProviderDecoder):
     PROTOCOL = Protocol.OLLAMA
     END = "a line with done: true"
@@ -63,18 +59,8 @@ class OllamaDecoder(ProviderDecoder):
         self._msg.usage = self._usage
         return build_message(self._msg, self._parts, self.dropped_events)
 
-    def feed(self, data: bytes) -> list:
-        events = self._core.feed(data)
-        # The usual read: one piece of the part in progress, passed on as it
-        # came. What _handle does with it, without its loop and a second list.
-        if len(events) == 1 and self._parts and not self._ended:
-            part = self._parts[-1]
-            if type(events[0]) is _CONTINUES.get(type(part)):
-                part.pieces.append(events[0].text)
-                return events
-        out: list = []
-        self._handle(events, out)
-        return out
+    def _continued(self, delta):
+        return self._parts[-1]
 
     def _handle(self, events: list, out: list) -> None:
         append = out.append

@@ -73,6 +73,9 @@ class OpenAIChatDecoder(ProviderDecoder):
             choice = self._choices[index] = _Choice()
         return choice
 
+    def _continued(self, delta):
+        return self._choice(delta.index).parts[-1]
+
     def _handle(self, events: list, out: list) -> None:
         append = out.append
         for e in events:
