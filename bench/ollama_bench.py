@@ -20,6 +20,12 @@ calls with their argument bytes, done_reason, counts):
            msgspec.Raw (their bytes as sent, as ours keeps them); per read
            it returns the same delta objects ours does (TextDelta,
            ReasoningDelta), the work a consumer that forwards deltas needs
+  floor    a diagnostic, no decoder: per read one cffi call that does
+           nothing, one str and one TextDelta in a list. msgspec / floor is
+           the most any decoder reaching Python by one cffi call and one
+           event object per read could show against msgspec, whatever its C
+           code cost; it is timed in the same rounds and checked against
+           nothing
 
 Before any timing, all three are checked to give the same answer in both
 regimes; a mismatch stops the run. The method is bench/decoder_bench.py's
@@ -48,7 +54,9 @@ sys.path.insert(0, str(HERE))  # bench/ is no package: its siblings by name
 import decoder_bench as db  # noqa: E402  (sets up agent.stream from the tree if needed)
 
 from agent.stream.decoders import OllamaDecoder  # noqa: E402
-from agent.stream.records import ReasoningDelta, TextDelta  # noqa: E402
+from agent.stream._binding import lib  # noqa: E402
+from agent.stream.decoder import StreamDecoder  # noqa: E402
+from agent.stream.records import Protocol, ReasoningDelta, TextDelta  # noqa: E402
 
 sb = db.sb
 
@@ -247,12 +255,35 @@ def _msgspec_run(tail: list, reads: list[bytes]) -> dict:
             "counts": (final.prompt_eval_count, final.eval_count)}
 
 
-def runners() -> dict:
+def _floor_prepare(k: int) -> list:
+    return [StreamDecoder(Protocol.OLLAMA) for _ in range(k)]
+
+
+def _floor_run(dec: StreamDecoder, reads: list[bytes]) -> list:
+    """Diagnostic, no decoder: per read the least any decoder on this binding
+    with one event object per delta does, one cffi call (ha_stream_retry,
+    which reads one word), one str made from the read's bytes and one
+    TextDelta in a list; no framing, no parsing, no answer. msgspec / floor
+    bounds the ratio such a decoder can reach over the msgspec peer."""
+    retry, st = lib.ha_stream_retry, dec._st
+    out: list = []
+    for r in reads:
+        retry(st)
+        out = [TextDelta(0, r[2:7].decode("utf-8"))]
+    return out
+
+
+DIAGNOSTICS = ("floor",)  # timed with the others (one line per read), checked against nothing
+
+
+def runners(diagnostics: bool = False) -> dict:
     out = {"ours": (_ours_prepare, _ours_run)}
     if ollama is not None:
         out["client"] = (_client_prepare, _client_run)
     if msgspec is not None:
         out["msgspec"] = (_msgspec_prepare, _msgspec_run)
+    if diagnostics:
+        out["floor"] = (_floor_prepare, _floor_run)
     return out
 
 
@@ -270,8 +301,11 @@ def check_agreement(reads: list[bytes], expected: dict) -> None:
 
 def bench(cfg: dict, lines: list[bytes], log) -> dict:
     reads = make_reads(lines)
-    run_by = runners()
-    cases = [(a, reg) for a in run_by for reg in REGIMES]
+    run_by = runners(diagnostics=True)
+    # the floor bounds the one-line-per-read regime only: with 4 KiB reads
+    # the parsing of many lines per call is what costs
+    cases = [(a, reg) for a in run_by for reg in REGIMES
+             if a not in DIAGNOSTICS or reg == "line"]
     reps: dict = {}
     for case in cases:
         prepare, run = run_by[case[0]]
@@ -294,13 +328,15 @@ def bench(cfg: dict, lines: list[bytes], log) -> dict:
     for reg in REGIMES:
         r: dict = {"reads": len(reads[reg])}
         for a in run_by:
+            if (a, reg) not in samples:
+                continue
             xs = samples[a, reg]
             q1, med, q3 = sb._quantiles(xs)
             r[a] = {"median": med, "q1": q1, "q3": q3, "min": min(xs),
                     "iqr_pct": (q3 - q1) / med * 100, "reps": reps[a, reg], "samples": xs}
         o = r["ours"]
         for peer in run_by:
-            if peer != "ours":
+            if peer not in ("ours", *DIAGNOSTICS):
                 s = r[peer]
                 r[f"ratio_{peer}"] = {
                     "medians": s["median"] / o["median"],
@@ -363,6 +399,12 @@ def report(res: dict, out) -> None:
             tail = (f"{ratio['medians']:>19.2f}x{ratio['paired_rounds']:>7.2f}x"
                     f"{ratio['minima']:>7.2f}x") if ratio else ""
             p(f"{reg:<8}{r['reads']:>6}  {a:<9}{x['median']:>10,.0f}{x['iqr_pct']:>6.0f}%{tail}")
+        if "floor" in r and "msgspec" in r:
+            f, m = r["floor"], r["msgspec"]
+            paired = statistics.median(x / y for x, y in zip(m["samples"], f["samples"]))
+            p(f"{'':<14}  floor{f['median']:>14,.0f}{f['iqr_pct']:>6.0f}%   msgspec/floor "
+              f"{m['median'] / f['median']:.2f}x, paired {paired:.2f}x: the most a "
+              f"decoder of one cffi call and one event per read could show")
     p(f"total bench time {res['elapsed_s']:.1f} s")
 
 

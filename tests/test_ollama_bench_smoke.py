@@ -68,3 +68,16 @@ def test_quick_mode_runs_end_to_end():
         assert r["reads"] > 0 and r["ours"]["median"] > 0
         for peer in ("client", "msgspec") if ob.msgspec else ("client",):
             assert r[peer]["median"] > 0 and r[f"ratio_{peer}"]["medians"] > 0
+        # the floor is timed alongside, one line per read, and no ratio to
+        # ours is made of it
+        assert ("floor" in r) == (regime == "line") and "ratio_floor" not in r
+    assert res["regimes"]["line"]["floor"]["median"] > 0
+    assert ("msgspec/floor" in proc.stderr) == bool(ob.msgspec)
+
+
+def test_the_floor_does_no_decoding(stream):
+    """The diagnostic's one event per read holds a piece of the read's own
+    bytes, not the stream's text: it is a bound, not a decoder."""
+    lines, _ = stream
+    out = ob._floor_run(ob._floor_prepare(1)[0], lines)
+    assert [type(e).__name__ for e in out] == ["TextDelta"] and out[0].text == lines[-1][2:7].decode()
