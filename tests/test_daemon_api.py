@@ -244,11 +244,12 @@ def test_a_flood_of_idle_connections_leaves_descriptors_for_asks_and_commits(tmp
     ("客厅现在几度？", CHINESE, "stream-zh"),
     ("Some emoji for the night", EMOJI, "stream-emoji")])
 def test_ask_streams_started_deltas_done(shared, prompt, answer, session):
+    # paced: the parts that arrive in one network read come out as one delta
     with shared.client() as client:
-        text, replies = ask_text(client, prompt, session=session)
+        text, replies = ask_text(client, prompt, session=session, provider="paced")
     assert stream_shape(replies) == ["started", "delta", "done"]
     started, done = replies[0], replies[-1]
-    assert started == {"id": 1, "type": "started", "session": session, "provider": "mock",
+    assert started == {"id": 1, "type": "started", "session": session, "provider": "paced",
                        "model": "mock-small"}
     assert text == done["text"] == answer
     assert len(of_type(replies, "delta")) > 1  # streamed, not in one piece

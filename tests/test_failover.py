@@ -22,6 +22,7 @@ from agent.providers.health import HealthBoard, Policy
 from agent.providers.requests import Provider
 from agent.session.runner import Runner, Upstream
 from agent.session.store import SessionStore
+from agent.service.daemon import http_client  # the daemon's: our transport
 from conftest import timeout
 from daemon_harness import REPO, Daemon, MockServer, _env, ask_text
 
@@ -73,7 +74,7 @@ class Setup:
     def __init__(self, tmp_path, primary_url: str, backup_url: str) -> None:
         self.clock = Clock()
         self.store = SessionStore(str(tmp_path / "sessions"), max_turns=100, max_bytes=1 << 20)
-        self.client = httpx.AsyncClient()
+        self.client = http_client()
         self.upstreams = {"primary": upstream("primary", primary_url, ("backup",)),
                           "backup": upstream("backup", backup_url)}
         self.runner = Runner(self.store, self.client, self.upstreams, "primary", None,

@@ -33,6 +33,7 @@ from agent.providers.client import INFLATE_PIECE, Inflater
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
+from agent.service.daemon import http_client  # the daemon's: our transport
 from conftest import timeout
 
 PROTOCOLS = ["openai-chat", "anthropic", "openai-responses"]
@@ -114,7 +115,7 @@ class Mock:
         return Provider(kw.pop("name", "mock"), protocol, f"{self.base}/v1", "mock-1", **kw)
 
     async def requests(self) -> list[dict]:
-        async with httpx.AsyncClient() as client:
+        async with http_client() as client:
             return (await client.get(f"{self.base}/_mock/requests")).json()
 
 
@@ -171,7 +172,7 @@ class Collect:
 async def test_request_body_and_answer(mock, protocol):
     provider = mock.provider(protocol, api_key="sk-test-123")
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(client, provider, tool_conversation(), TOOLS,
                                      on_event=collect)
     [recorded] = await mock.requests()
@@ -230,7 +231,7 @@ async def test_tool_call_round_trip(mock, protocol):
     provider = mock.provider(protocol)
     conversation = Conversation(SYSTEM, [UserTurn(SWITCH)])
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         first = await stream_answer(client, provider, conversation, TOOLS, on_event=collect)
         [call] = first.message.tool_calls
         assert (call.name, call.parsed) == ("set_relay", {"channel": 1, "on": True})
@@ -263,7 +264,7 @@ async def test_tool_call_round_trip(mock, protocol):
 async def test_429_waits_for_retry_after_then_succeeds(nursery):
     mock = await start(nursery, FirstRequestFaults())
     provider = mock.provider("anthropic", headers={"x-mock-fault": "429"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         began = trio.current_time()
         answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                      backoff=FAST)
@@ -276,7 +277,7 @@ async def test_429_waits_for_retry_after_then_succeeds(nursery):
 @pytest.mark.trio
 async def test_retry_after_beyond_the_limit_is_not_waited_for(mock):
     provider = mock.provider("openai-chat", headers={"x-mock-fault": "429"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                 backoff=Backoff(max_retry_after=0.5))
@@ -289,7 +290,7 @@ async def test_retry_after_beyond_the_limit_is_not_waited_for(mock):
 async def test_deadline_during_a_retry_wait_keeps_the_last_error(mock):
     provider = mock.provider("openai-responses", total_timeout=0.3,
                              headers={"x-mock-fault": "429"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(UpstreamUnavailable, match="overall deadline") as caught:
             await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]))
     assert isinstance(caught.value.__cause__, ProviderHTTPError)
@@ -301,7 +302,7 @@ async def test_deadline_during_a_retry_wait_keeps_the_last_error(mock):
 async def test_500_once_then_success(mock, protocol):
     provider = mock.provider(protocol, headers={"x-mock-fault": "500-once",
                                                 "x-mock-fault-key": protocol})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                      backoff=FAST)
     assert answer.ok and answer.attempts == 2 and answer.message.text == scripts.ENGLISH
@@ -311,7 +312,7 @@ async def test_500_once_then_success(mock, protocol):
 async def test_5xx_with_no_retries_left_raises(mock):
     provider = mock.provider("openai-responses", headers={"x-mock-fault": "500-once",
                                                           "x-mock-fault-key": "never"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                 retries=0)
@@ -346,7 +347,7 @@ async def test_connect_error_is_retried_then_raised():
 async def test_drop_after_events_is_not_retried(mock, protocol):
     provider = mock.provider(protocol, headers={"x-mock-fault": "drop"})
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                      on_event=collect, backoff=FAST)
     assert answer.attempts == 1 and len(await mock.requests()) == 1
@@ -359,7 +360,7 @@ async def test_drop_after_events_is_not_retried(mock, protocol):
 @by_protocol
 async def test_stall_hits_the_read_timeout(mock, protocol):
     provider = mock.provider(protocol, read_timeout=0.3, headers={"x-mock-fault": "stall"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with trio.fail_after(timeout(10)):
             answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]))
     assert answer.interrupted.startswith("read timeout") and answer.incomplete is not None
@@ -371,7 +372,7 @@ async def test_stall_hits_the_read_timeout(mock, protocol):
 async def test_overall_deadline_mid_stream(mock):
     provider = mock.provider("openai-chat", total_timeout=0.3,
                              headers={"x-mock-delay-ms": "50"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with trio.fail_after(timeout(10)):
             answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]))
     assert answer.interrupted == "the overall deadline of 0.3 s passed"
@@ -384,7 +385,7 @@ async def test_overall_deadline_mid_stream(mock):
 async def test_error_event_in_a_200_stream(mock, protocol):
     provider = mock.provider(protocol, headers={"x-mock-fault": "error-event"})
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                      on_event=collect)
     [error] = collect.of(rec.ProviderError)
@@ -395,7 +396,7 @@ async def test_error_event_in_a_200_stream(mock, protocol):
 @pytest.mark.trio
 async def test_cancel_closes_the_response(mock):
     provider = mock.provider("anthropic", headers={"x-mock-delay-ms": "20"})
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with trio.move_on_after(timeout(10)) as scope:
             async def cancel_on_first_text(event):
                 if isinstance(event, rec.TextDelta):
@@ -418,7 +419,7 @@ async def test_401_carries_the_provider_message_and_never_the_key(nursery, proto
     mock = await start(nursery, MockApp(require_key="k-right"))
     key = "sk-wrong-SECRET-4242"
     provider = mock.provider(protocol, api_key=key)
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, provider, Conversation(turns=[UserTurn("Hi")]),
                                 backoff=FAST)
@@ -446,7 +447,7 @@ async def test_error_message_with_the_key_in_it_is_redacted(nursery):
         reply.status, reply.headers = 401, [("content-length", str(len(reply.parts[0])))]
 
     mock = await start(nursery, Rewritten(echo))
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(ProviderHTTPError) as caught:
             await stream_answer(client, mock.provider("openai-chat", api_key=key,
                                                       headers={"api-key": token}),
@@ -459,7 +460,7 @@ async def test_error_message_with_the_key_in_it_is_redacted(nursery):
 @pytest.mark.trio
 async def test_two_answers_share_one_connection(mock):
     provider = mock.provider("openai-chat")
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         for prompt in ("Hi", "Why is the heating on?"):
             answer = await stream_answer(client, provider, Conversation(turns=[UserTurn(prompt)]))
             assert answer.ok
@@ -495,7 +496,7 @@ async def _answer_with(nursery, protocol: str, fault: str, app: MockApp | None =
                        **provider):
     mock = await start(nursery, app)
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(
             client, mock.provider(protocol, headers={"x-mock-fault": fault}, **provider),
             Conversation(turns=[UserTurn("Hi")]), on_event=collect, retries=0)
@@ -577,7 +578,7 @@ async def test_the_key_echoed_in_a_bad_event_is_masked_in_the_warning(nursery):
 
     mock = await start(nursery, Rewritten(echo))
     collect = Collect()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         answer = await stream_answer(client, mock.provider("openai-chat", api_key=key),
                                      Conversation(turns=[UserTurn("Hi")]), on_event=collect)
     [warning] = collect.of(rec.DecodeWarning)

@@ -18,7 +18,8 @@ Answer comes back. The rules:
 - A body that stops after events were forwarded (connection lost, read
   timeout, the overall deadline) is not an exception: the Answer holds the
   partial message, the decoder's MessageIncomplete and why it stopped.
-- The response body goes from `aiter_raw()` to the decoder as bytes. A
+- The response body goes from the transport's reads to the decoder as
+  bytes (agent/providers/transport.py; httpx's aiter_raw() elsewhere). A
   2xx answer is looked at first: Content-Encoding gzip or deflate is
   decoded here, in bounded pieces, before the core (any other encoding is
   refused by name); a Content-Type other than text/event-stream
@@ -54,6 +55,7 @@ import httpx
 import trio
 
 from agent.masking import Masker
+from agent.providers.transport import BODY_READ
 from agent.providers.requests import (
     DEFAULT_STREAM_TYPE,
     STREAM_TYPES,
@@ -309,7 +311,8 @@ async def _body(run: _Run, response: httpx.Response) -> None:
             return
         received = 0
         feed = run.decoder.feed
-        async for read in response.aiter_raw():
+        next_read = _body_reads(response)
+        while read := await next_read():
             if inflater is None:  # the usual body: one read, one feed
                 received += len(read)
                 await run.emit(feed(read))
@@ -326,6 +329,22 @@ async def _body(run: _Run, response: httpx.Response) -> None:
         return
     if not received:
         run.refused = f"HTTP {response.status_code} with an empty body, no event stream"
+
+
+def _body_reads(response: httpx.Response):
+    """An async callable giving the body's next read, b"" at its end: our
+    transport's own (agent/providers/transport.py), else one over httpx's
+    aiter_raw()."""
+    read = response.extensions.get(BODY_READ)
+    if read is not None:
+        return read
+    chunks = response.aiter_raw()
+
+    async def next_chunk() -> bytes:
+        async for data in chunks:  # never empty: httpx yields no empty chunk
+            return data
+        return b""
+    return next_chunk
 
 
 async def _not_a_stream(run: _Run, response: httpx.Response, media: str, stream_type: str,

@@ -60,11 +60,21 @@ class StartupError(Exception):
 
 
 def http_client():
-    """The upstream client: its pool bounded, timeouts per request (stream_answer)."""
+    """The upstream client: its pool bounded, timeouts per request
+    (stream_answer). Its transport is agent.providers.transport's, but where
+    the environment names a proxy: httpx's own speaks to proxies."""
+    import urllib.request
+
     import httpx
 
-    return httpx.AsyncClient(timeout=None, limits=httpx.Limits(
-        max_connections=UPSTREAM_CONNECTIONS, max_keepalive_connections=KEEPALIVE_CONNECTIONS,
+    if any(scheme != "no" for scheme in urllib.request.getproxies_environment()):
+        return httpx.AsyncClient(timeout=None, limits=httpx.Limits(
+            max_connections=UPSTREAM_CONNECTIONS,
+            max_keepalive_connections=KEEPALIVE_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY))
+    from agent.providers.transport import UpstreamTransport
+
+    return httpx.AsyncClient(timeout=None, transport=UpstreamTransport(
+        max_connections=UPSTREAM_CONNECTIONS, max_keepalive=KEEPALIVE_CONNECTIONS,
         keepalive_expiry=KEEPALIVE_EXPIRY))
 
 
