@@ -915,6 +915,41 @@ def test_a_subscriber_sees_another_clients_ask(daemon):
     quiet.close()
 
 
+def test_a_subscriber_is_written_at_most_once_an_interval(start_daemon):
+    """Replies that come within subscriber_interval_ms of the last write to a
+    subscriber go out together at the interval's end: a fast stream costs a
+    write a subscriber per interval, not one per token, and the subscriber
+    still gets every reply in order."""
+    daemon = start_daemon(daemon={"subscriber_interval_ms": 1000})
+    sub = daemon.raw()
+    sub.send(b'{"id":"sub","op":"subscribe"}\n')
+    assert sub.line() == {"id": "sub", "type": "subscribed"}
+    reads, received = [], bytearray()
+
+    def read_until_done() -> None:  # as the replies come, beside the ask
+        while b'"type":"done"' not in received:
+            chunk = sub.sock.recv(65536)
+            if not chunk:
+                return
+            reads.append(time.monotonic())
+            received.extend(chunk)
+
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    with daemon.client() as asker:
+        _, asked = ask_text(asker, "Hello", provider="paced", session="fast")
+    reader.join(timeout(10))
+    assert len(asked) > 5  # started, several deltas, done
+    seen = [json.loads(line) for line in bytes(received).splitlines()]
+    assert [{**r, "id": 1, "request": None} for r in seen] == [
+        {**r, "request": None} for r in asked]
+    # One write a second at most, after the one that said subscribed: a
+    # stream that lasted D seconds came in at most 1 + D reads, plus one for
+    # a write the reader split. Each reply written at once would be one read each.
+    assert len(reads) <= 2 + (reads[-1] - reads[0]), (len(reads), len(asked))
+    sub.close()
+
+
 def test_a_subscriber_sees_its_own_asks_too(daemon):
     raw = daemon.raw()
     raw.send(b'{"id":"sub","op":"subscribe"}\n{"id":"a","op":"ask","prompt":"Hello"}\n')

@@ -102,6 +102,11 @@ class Limits:
     client_queue: int = 256
     max_clients: int = 64            # connections open at once, in total
     max_clients_per_user: int = 16   # of them from one uid
+    # A subscribed connection is written at most once per this many seconds:
+    # replies that come sooner go out together at its end. At a model's
+    # pace (tokens 10-50 ms apart) every reply goes out at once; a fast
+    # stream costs one write a subscriber per interval, not per token.
+    subscriber_interval: float = 0.008
 
 
 class Throttled:
@@ -196,12 +201,21 @@ class _Connection:
     mid_line: bool = False  # a send was cut off inside a line: the client holds half of it
     drained: trio.Event = field(default_factory=trio.Event)  # set when the writer takes replies
     queued: bool = False  # lines wait in the outbox or in the writer's hands
+    interval: float = 0.0  # while subscribed: at most one write per interval (Limits)
+    last_write: float = float("-inf")  # when, by trio's clock (kept while interval is set)
 
     def send(self, line: bytes) -> None:
         """Send an encoded reply without waiting: straight to the socket when
-        nothing waits before it, else (and whatever the socket did not take)
-        into the outbox; a full outbox ends the connection."""
+        nothing waits before it (and, subscribed, the last write is an
+        interval old), else (and whatever the socket did not take) into the
+        outbox; a full outbox ends the connection."""
         if not self.queued and self.ending is None:
+            if self.interval:
+                now = trio.current_time()
+                if now - self.last_write < self.interval:
+                    self._enqueue(line)  # the writer sends it at the interval's end
+                    return
+                self.last_write = now
             sock = getattr(self.stream, "socket", None)
             # fileno() is -1 once closed: never a write to a descriptor reused since.
             fd = sock.fileno() if sock is not None else -1
@@ -217,6 +231,9 @@ class _Connection:
                 if sent:
                     self.mid_line = True
                     line = line[sent:]
+        self._enqueue(line)
+
+    def _enqueue(self, line: bytes) -> None:
         self.queued = True
         try:
             self.outbox.send_nowait(line)
@@ -470,6 +487,8 @@ class ApiServer:
     async def _writer(self, conn: _Connection) -> None:
         try:
             async for line in conn.inbox:
+                if conn.interval:  # subscribed: what comes meanwhile goes along
+                    await trio.sleep_until(conn.last_write + conn.interval)
                 batch = bytearray(line)
                 while len(batch) < WRITE_BATCH:
                     try:
@@ -478,6 +497,8 @@ class ApiServer:
                         break
                 conn.drained.set()
                 await _send_lines(conn, batch)
+                if conn.interval:
+                    conn.last_write = trio.current_time()
                 if not conn.inbox.statistics().current_buffer_used:
                     conn.queued = False  # the next reply may go straight to the socket
         except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError,
@@ -673,6 +694,7 @@ class ApiServer:
         if conn.subscription is not None:
             self.bus.unsubscribe(conn.subscription)
         conn.subscription = subscription
+        conn.interval = 0.0 if subscription is None else self._limits.subscriber_interval
         if subscription is not None:
             self.bus.subscribe(subscription)
 
