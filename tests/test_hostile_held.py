@@ -74,9 +74,10 @@ def test_an_endless_50_mb_upstream_event_is_dropped_and_memory_stays_bounded(sta
     # The core keeps at most its event buffer of the unended event; the
     # silence after it is the read timeout's.
     assert (daemon.rss_kib() - before) < 32 * 1024
-    assert replies[-1] == {"id": replies[0]["id"], "type": "error",
-                           "code": "upstream_unavailable",
-                           "message": "endless-event: read timeout"}, replies
+    last = replies[-1]
+    assert (last["id"], last["type"], last["code"]) == (
+        replies[0]["id"], "error", "upstream_unavailable"), replies
+    assert last["message"].startswith("endless-event: read timeout: no byte from the server in")
     still_answers(daemon)
 
 
@@ -106,7 +107,7 @@ def test_a_broken_chunked_body_is_named(start_daemon, hostile):
     with daemon.client() as client:
         _, replies = ask_text(client, "hello", provider="bad-chunked")
     assert replies[-1]["code"] == "upstream_unavailable", replies
-    assert replies[-1]["message"].startswith("bad-chunked: connection lost: illegal chunk header")
+    assert replies[-1]["message"].startswith("bad-chunked: connection lost: not a chunk-size line")
     still_answers(daemon)
 
 

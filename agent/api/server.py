@@ -153,7 +153,13 @@ async def _send_lines(conn: "_Connection", batch: bytearray) -> None:
     view = memoryview(batch)
     sent = 0
     while sent < len(batch):
-        sent += await sock.send(view[sent:])
+        fd = sock.fileno()
+        try:  # straight to a socket that takes it: no scheduler pass after the write
+            if fd < 0:
+                raise BlockingIOError  # closed: trio's send names it
+            sent += os.write(fd, view[sent:])
+        except BlockingIOError:
+            sent += await sock.send(view[sent:])
         conn.mid_line = view[sent - 1] != ord("\n")
 
 

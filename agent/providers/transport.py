@@ -194,12 +194,13 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                         reader.eof()
                     if reader.receive_head(data):
                         break
+                first = reader.body(b"")  # the body bytes that came with the head
             except (ProtocolError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
                 raise _read_error(exc, request, read_timeout) from exc
         except BaseException:
             await self._release(conn, False)
             raise
-        body = _Body(self, conn, reader, reader.body(b""), read_timeout, request)
+        body = _Body(self, conn, reader, first, read_timeout, request)
         return httpx.Response(reader.status, headers=reader.headers, stream=body,
                               extensions={"http_version": reader.http_version,
                                           "reason_phrase": reader.reason,
