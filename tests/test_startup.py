@@ -40,7 +40,7 @@ runpy.run_module("agent.cli", run_name="__main__", alter_sys=True)
 IDLE_ABSENT = ("httpx", "httpcore", "h11", "certifi", "agent.providers.client",
                "agent.service.install", "serial")
 # What the first ask brings in: the probe sees imports happen.
-FIRST_ASK = ("httpx", "httpcore", "agent.providers.client")
+FIRST_ASK = ("httpx", "agent.providers.client", "agent.providers.transport")
 
 
 def _modules(daemon: Daemon, path) -> set[str]:
