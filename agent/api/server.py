@@ -207,19 +207,29 @@ class _Connection:
     mid_line: bool = False  # a send was cut off inside a line: the client holds half of it
     drained: trio.Event = field(default_factory=trio.Event)  # set when the writer takes replies
     queued: bool = False  # lines wait in the outbox or in the writer's hands
-    interval: float = 0.0  # while subscribed: at most one write per interval (Limits)
-    last_write: float = float("-inf")  # when, by trio's clock (kept while interval is set)
+    # While subscribed, at most one write per interval (Limits): lines that
+    # come sooner gather in `held`, which the writer sends at the interval's
+    # end; `flushing` while the writer is at that (no wake-up needed then).
+    interval: float = 0.0
+    last_write: float = float("-inf")  # by trio's clock
+    held: bytearray | None = None
+    held_lines: int = 0
+    flushing: bool = False
 
     def send(self, line: bytes) -> None:
         """Send an encoded reply without waiting: straight to the socket when
         nothing waits before it (and, subscribed, the last write is an
-        interval old), else (and whatever the socket did not take) into the
-        outbox; a full outbox ends the connection."""
+        interval old), else behind what waits: the held lines, or the outbox
+        (with whatever the socket did not take). Past client_queue lines
+        waiting, the connection ends."""
+        if self.held is not None:
+            self._hold(line)
+            return
         if not self.queued and self.ending is None:
             if self.interval:
                 now = trio.current_time()
                 if now - self.last_write < self.interval:
-                    self._enqueue(line)  # the writer sends it at the interval's end
+                    self._hold(line)
                     return
                 self.last_write = now
             sock = getattr(self.stream, "socket", None)
@@ -239,14 +249,35 @@ class _Connection:
                     line = line[sent:]
         self._enqueue(line)
 
+    def _hold(self, line: bytes) -> None:
+        if self.held is None:
+            self.held, self.held_lines = bytearray(), 0
+            if not self.flushing:
+                self._wake_writer()
+        self.held += line
+        self.held_lines += 1
+        if self.held_lines > self.outbox.statistics().max_buffer_size:
+            self._overflow()
+
+    def _wake_writer(self) -> None:
+        try:
+            self.outbox.send_nowait(b"")
+        except trio.WouldBlock:
+            self._overflow()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # closing: nothing more goes out
+
+    def _overflow(self) -> None:
+        capacity = self.outbox.statistics().max_buffer_size
+        self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {capacity} replies were "
+                               "waiting to be read; the connection is closed"))
+
     def _enqueue(self, line: bytes) -> None:
         self.queued = True
         try:
             self.outbox.send_nowait(line)
         except trio.WouldBlock:
-            capacity = self.outbox.statistics().max_buffer_size
-            self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {capacity} replies were "
-                                   "waiting to be read; the connection is closed"))
+            self._overflow()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # closing: nothing more goes out
 
@@ -493,8 +524,6 @@ class ApiServer:
     async def _writer(self, conn: _Connection) -> None:
         try:
             async for line in conn.inbox:
-                if conn.interval:  # subscribed: what comes meanwhile goes along
-                    await trio.sleep_until(conn.last_write + conn.interval)
                 batch = bytearray(line)
                 while len(batch) < WRITE_BATCH:
                     try:
@@ -503,14 +532,33 @@ class ApiServer:
                         break
                 conn.drained.set()
                 await _send_lines(conn, batch)
-                if conn.interval:
-                    conn.last_write = trio.current_time()
                 if not conn.inbox.statistics().current_buffer_used:
                     conn.queued = False  # the next reply may go straight to the socket
+                if conn.held is not None:
+                    await self._flush_held(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, BrokenPipeError,
                 ConnectionResetError):
             self._gone(conn)
         conn.scope.cancel()
+
+    @staticmethod
+    async def _flush_held(conn: _Connection) -> None:
+        """A subscriber's held lines, one write an interval, until an
+        interval passes with nothing held. While a stream goes on this is
+        the writer's one wake-up per interval."""
+        conn.flushing = True
+        try:
+            while True:
+                await trio.sleep_until(conn.last_write + conn.interval)
+                held = conn.held
+                if not held:
+                    conn.held = None
+                    return
+                conn.held, conn.held_lines = bytearray(), 0  # what comes meanwhile waits behind
+                await _send_lines(conn, held)
+                conn.last_write = trio.current_time()
+        finally:
+            conn.flushing = False
 
     async def _watch_hangup(self, conn: _Connection) -> None:
         """A half-closed client that then closes entirely is gone: its asks
