@@ -741,14 +741,18 @@ async def test_cancel_waiting_for_head_closes_connection():
         await peer.until_eof()
 
     async with serve(handler) as server, client(max_connections=1) as c:
-        with trio.move_on_after(timeout(5)) as scope:
+        with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(c.get, server.url())
-                while not server.peers or not server.peers[0].requests:
-                    await trio.sleep(0.001)
+                with trio.fail_after(timeout(5)):  # until the server has the request
+                    while not server.peers or not server.peers[0].requests:
+                        await trio.sleep(0.001)
                 scope.cancel()
-        assert not scope.deadline < trio.current_time() or scope.cancelled_caught
+        assert scope.cancelled_caught
         await wait(server.peers[0].closed)
+        with trio.fail_after(timeout(5)):  # and its slot is free
+            with pytest.raises(httpx.ReadTimeout):
+                await c.get(server.url(), timeout=httpx.Timeout(timeout(5), pool=0.05, read=0.05))
 
 
 # ---------------------------------------------------------------------------
