@@ -315,9 +315,6 @@ def test_head_at_max_whole_is_allowed():
     assert r.done
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a head of exactly MAX_HEAD bytes is accepted "
-                   "whole but refused when its blank line arrives in pieces: the incomplete "
-                   "head is measured with the part of the terminator that arrived")
 def test_head_at_max_any_split():
     raw = _head_of(MAX_HEAD) + b"\r\n\r\n"
     for cut in range(MAX_HEAD, len(raw)):

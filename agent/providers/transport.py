@@ -21,6 +21,7 @@ network) and pool (waiting for a free connection).
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import ssl
@@ -35,10 +36,54 @@ BODY_READ = "homeagent.body_read"  # the response extension that holds _Body.rea
 _FORBIDDEN = (b"\r", b"\n", b"\0")
 
 
+class _Watchdog:
+    """The read timeouts of the plain connections of one trio run, without
+    a cancel scope per read (about 5 us, a tenth of a streamed token's
+    cost): a wait for the network notes its deadline here, and this one
+    system task wakes a wait that passed it with notify_closing, which the
+    wait then reads as its timeout. It sleeps until the earliest deadline
+    noted; a streaming connection moves its own on at every read, so the
+    task wakes about once per read timeout, and never while nothing waits."""
+
+    def __init__(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()  # the run it serves
+        self._waits: set[_Connection] = set()
+        self._target = math.inf  # when the task wakes next
+        self._sleep: trio.CancelScope | None = None
+        trio.lowlevel.spawn_system_task(self._run, name="upstream read timeouts")
+
+    def watch(self, conn: "_Connection", deadline: float) -> None:
+        conn.deadline = deadline
+        self._waits.add(conn)
+        if deadline < self._target:
+            self._target = deadline
+            if self._sleep is not None:
+                self._sleep.deadline = deadline
+
+    def forget(self, conn: "_Connection") -> None:
+        self._waits.discard(conn)
+
+    async def _run(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self._target) as self._sleep:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            target = math.inf
+            for conn in list(self._waits):
+                if conn.deadline <= now:
+                    self._waits.discard(conn)
+                    conn.timed_out = True
+                    trio.lowlevel.notify_closing(conn.fd)
+                elif conn.deadline < target:
+                    target = conn.deadline
+            self._target = target
+
+
 class _Connection:
     """One TCP (or TLS) connection to an upstream."""
 
-    __slots__ = ("key", "stream", "fd", "idle_since", "drained")
+    __slots__ = ("key", "stream", "fd", "idle_since", "drained", "watchdog", "deadline",
+                 "timed_out")
 
     def __init__(self, key: tuple, stream: trio.abc.Stream | None, fd: int | None) -> None:
         self.key = key
@@ -46,6 +91,9 @@ class _Connection:
         self.fd = fd           # the plain socket's, read directly; None for TLS
         self.idle_since = 0.0
         self.drained = True  # the socket was read empty: wait before the next read
+        self.watchdog: _Watchdog | None = None  # the run's, for a plain connection
+        self.deadline = math.inf  # of the wait in progress
+        self.timed_out = False
 
     def raw_fd(self) -> int:
         stream = self.stream
@@ -72,10 +120,17 @@ class _Connection:
                 return data
         # A short read emptied the socket: wait before reading, rather than
         # paying a read that finds nothing (the paced stream's every token).
-        with trio.move_on_after(_inf(timeout)) as scope:
+        watchdog = self.watchdog
+        if timeout is not None:
+            watchdog.watch(self, trio.current_time() + timeout)
+        try:
             await trio.lowlevel.wait_readable(fd)
-        if scope.cancelled_caught:
-            raise trio.TooSlowError
+        except trio.ClosedResourceError:
+            if self.timed_out:
+                raise trio.TooSlowError from None
+            raise
+        finally:
+            watchdog.forget(self)
         try:
             data = os.read(fd, READ_SIZE)
         except BlockingIOError:  # woken with nothing after all: wait again
@@ -163,6 +218,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._idle: dict[tuple, list[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._ssl_lock = trio.Lock()
+        self._watchdog_of_run: _Watchdog | None = None
         self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -173,8 +229,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             raise httpx.UnsupportedProtocol(f"{url.scheme!r} is not http or https",
                                             request=request)
         timeouts = request.extensions.get("timeout", {})
-        head = _request_head(request)
-        payload = head + await request.aread()
+        body = await request.aread()
+        payload = _request_head(request, len(body)) + body
         conn = await self._connection(request, url, timeouts)
         reader = ResponseReader(request.method.encode("ascii"))
         read_timeout = timeouts.get("read")
@@ -214,6 +270,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         while idle:
             conn = idle.pop()
             if now - conn.idle_since < self._expiry and _still_idle(conn):
+                if conn.fd is not None:
+                    conn.watchdog = self._watchdog()
                 return conn
             await self._release(conn, False)
         if self._slots.available_tokens == 0:
@@ -243,10 +301,11 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 raise httpx.ConnectError(_why(exc), request=request) from exc
             if url.scheme == "http":
                 conn.stream, conn.fd = tcp, tcp.socket.fileno()
+                conn.watchdog = self._watchdog()
                 return
-            context = await self._ssl_context()
-            tls = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
             try:
+                context = await self._ssl_context()
+                tls = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
                 await tls.do_handshake()
             except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
                 await trio.aclose_forcefully(tcp)
@@ -258,6 +317,13 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             conn.stream = tls
             return
         raise httpx.ConnectTimeout(f"no connection in {timeout:g} s", request=request)
+
+    def _watchdog(self) -> _Watchdog:
+        """This run's (a transport may outlive a trio run: a test's)."""
+        if self._watchdog_of_run is None or \
+                self._watchdog_of_run.token is not trio.lowlevel.current_trio_token():
+            self._watchdog_of_run = _Watchdog()
+        return self._watchdog_of_run
 
     async def _ssl_context(self) -> ssl.SSLContext:
         # Loading the CA bundle takes long on a board: once, in a worker
@@ -276,7 +342,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             await self._release(oldest, False)
 
     async def _release(self, conn: _Connection, reusable: bool) -> None:
-        if reusable and not self._closed:
+        # a request waiting for a slot gets this one's: it is closed, not kept
+        if reusable and not self._closed and not self._slots.statistics().tasks_waiting:
             idle = self._idle.setdefault(conn.key, [])
             if len(idle) < self._max_keepalive:
                 conn.idle_since = trio.current_time()
@@ -302,11 +369,18 @@ def _still_idle(conn: _Connection) -> bool:
     return not poll.poll(0)
 
 
-def _request_head(request: httpx.Request) -> bytes:
+def _request_head(request: httpx.Request, length: int) -> bytes:
+    """The request line and headers. The body was read whole, so a streamed
+    one (Transfer-Encoding: chunked) goes with its Content-Length."""
     url = request.url
     target = url.raw_path or b"/"
     lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), target)]
-    for name, value in request.headers.raw:
+    headers = request.headers.raw
+    if any(name.lower() == b"transfer-encoding" for name, _ in headers):
+        headers = [(name, value) for name, value in headers
+                   if name.lower() not in (b"transfer-encoding", b"content-length")]
+        headers.append((b"Content-Length", b"%d" % length))
+    for name, value in headers:
         if any(c in name or c in value for c in _FORBIDDEN):
             raise httpx.LocalProtocolError(
                 f"header {name.decode('latin-1')!r} holds CR, LF or NUL", request=request)
