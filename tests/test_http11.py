@@ -19,6 +19,7 @@ from agent.providers.http11 import (
     MAX_CHUNK_LINE,
     MAX_HEAD,
     MAX_HEADERS,
+    MAX_INTERIM,
     ProtocolError,
     ResponseReader,
 )
@@ -145,6 +146,9 @@ CASES = [
      b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n5\nhello\r\n3;x\nabc\r\n0\nT: 1\n\n",
      b"GET", 200, b"OK", [(b"Transfer-Encoding", b"chunked")], b"helloabc", True, False,
      b"HTTP/1.1"),
+    ("crlf-and-lf-mixed",
+     b"HTTP/1.1 200 OK\r\nContent-Length: 2\nX-A: b\r\n\nok", b"GET", 200, b"OK",
+     [(b"Content-Length", b"2"), (b"X-A", b"b")], b"ok", True, False, b"HTTP/1.1"),
     ("same-name-fields",
      b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nVary: x\r\nSet-Cookie: b=2\r\n"
      b"Content-Length: 1\r\n\r\n!",
@@ -448,6 +452,14 @@ ERRORS = [
 @pytest.mark.parametrize("raw,match", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
 def test_error_any_split(raw, match):
     _check_error(raw, match)
+
+
+def test_interim_responses_are_bounded():
+    interim = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+    fine = interim * MAX_INTERIM + b"HTTP/1.1 204 No Content\r\n\r\n"
+    assert feed([fine]).reader.status == 204
+    _check_error(interim * (MAX_INTERIM + 1) + b"HTTP/1.1 204 No Content\r\n\r\n",
+                 rf"more than {MAX_INTERIM} interim \(1xx\) responses")
 
 
 def test_chunk_size_line_over_max():
