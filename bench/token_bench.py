@@ -17,7 +17,11 @@ Consumers, each in its own process:
                is read from outside with the process's CPU clock
                (clock_getcpuclockid), all threads, around the ask;
   daemon+10    the same with 10 subscribers connected, each reading every
-               reply (`subscribe`);
+               reply (`subscribe`); the daemon writes a subscriber at most
+               once per subscriber_interval_ms (8 ms by default: about 8
+               paced tokens a write here; --subscriber-interval-ms 0 makes
+               it one write per reply, as a model slower than 125 tokens/s
+               gets anyway);
   httpx        httpx.AsyncClient under trio, aiter_raw, an SSE line framer and
                msgspec decoding into typed Structs: a bare consume-only script;
   openai       the openai SDK's AsyncOpenAI, stream=True, under asyncio;
@@ -277,8 +281,8 @@ def start_server(python: str, directory: str) -> tuple[subprocess.Popen, str]:
     return process, f"http://127.0.0.1:{Path(port_file).read_text()}"
 
 
-def start_daemon(python: str, directory: str, server_url: str, tokens: int) -> tuple[
-        subprocess.Popen, str]:
+def start_daemon(python: str, directory: str, server_url: str, tokens: int,
+                 subscriber_interval_ms: int | None = None) -> tuple[subprocess.Popen, str]:
     socket_path = os.path.join(directory, "agent.sock")
     config = os.path.join(directory, "config.toml")
     providers = "".join(
@@ -287,7 +291,10 @@ def start_daemon(python: str, directory: str, server_url: str, tokens: int) -> t
         for regime in REGIMES)
     Path(config).write_text(
         f'default_provider = "paced"\n[daemon]\nsocket = {json.dumps(socket_path)}\n'
-        f'state_directory = {json.dumps(os.path.join(directory, "state"))}\n{providers}')
+        f'state_directory = {json.dumps(os.path.join(directory, "state"))}\n'
+        + ("" if subscriber_interval_ms is None
+           else f"subscriber_interval_ms = {subscriber_interval_ms}\n")
+        + providers)
     log = open(os.path.join(directory, "daemon.log"), "ab")
     process = subprocess.Popen([python, "-m", "agent.cli", "serve", "--config", config],
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -421,12 +428,13 @@ def spread(values: list[float]) -> dict:
 
 
 def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
-        python: str = sys.executable) -> dict:
+        python: str = sys.executable, subscriber_interval_ms: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="homeagent-token-bench-") as directory:
         server, server_url = start_server(python, directory)
         daemon = None
         try:
-            daemon, socket_path = start_daemon(python, directory, server_url, tokens)
+            daemon, socket_path = start_daemon(python, directory, server_url, tokens,
+                                               subscriber_interval_ms)
             with Client(socket_path, timeout=IO_TIMEOUT) as client:
                 chance = random.Random(16)
                 per_token: dict[str, dict[str, list[float]]] = {
@@ -452,7 +460,8 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
             server.kill()
             server.wait()
     result: dict = {"tokens": tokens, "rounds": rounds, "python": sys.version.split()[0],
-                    "machine": os.uname().machine, "regimes": {}}
+                    "machine": os.uname().machine, "regimes": {},
+                    "subscriber_interval_ms": subscriber_interval_ms}
     for regime in REGIMES:
         times = per_token[regime]
         daemon_us = times["daemon"]
@@ -467,8 +476,10 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
 
 
 def report(result: dict) -> str:
+    interval = result.get("subscriber_interval_ms")
     lines = [f"{result['tokens']} tokens a stream, {result['rounds']} interleaved rounds, "
-             f"Python {result['python']} on {result['machine']}"]
+             f"Python {result['python']} on {result['machine']}; the daemon's "
+             f"subscriber_interval_ms {'default' if interval is None else interval}"]
     for regime, figures in result["regimes"].items():
         lines.append("")
         lines.append(f"{regime}: CPU per token, us (median [min-max])")
@@ -497,10 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="200 tokens, 2 rounds")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--subscriber-interval-ms", type=int, default=None,
+                        help="the daemon's [daemon] subscriber_interval_ms (default: its own)")
     args = parser.parse_args(argv)
     tokens, rounds = (200, 2) if args.quick else (args.tokens, args.rounds)
     try:
-        result = run(tokens, rounds)
+        result = run(tokens, rounds, subscriber_interval_ms=args.subscriber_interval_ms)
     except BenchError as exc:
         print(f"token_bench: {exc}", file=sys.stderr)
         return 1

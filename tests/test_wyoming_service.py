@@ -42,10 +42,15 @@ def start(tmp_path, mock, **kwargs) -> tuple[Daemon, str]:
     return daemon.start(), f"unix://{sock}"
 
 
+# the parts of an answer one by one: those that arrive in one network read
+# are one delta (one handled-chunk)
+PACED = {"mock": {"headers": {"x-mock-delay-ms": "5"}}}
+
+
 @pytest.fixture
 def served(tmp_path, mock):
     (tmp_path / "d").mkdir()
-    daemon, uri = start(tmp_path, mock)
+    daemon, uri = start(tmp_path, mock, providers=PACED)
     yield daemon, uri
     assert daemon.stop() == 0, daemon.log()
 
