@@ -78,6 +78,7 @@ static void json_event(ev_ctx *c)
     }
     c->tape = tape;
     c->key_escapes = (flags & HA_JSON_FLAG_KEY_ESCAPE) != 0;
+    c->utf8_ok = (flags & HA_JSON_FLAG_BAD_UTF8) == 0;
     /* first: a warning after an end record would read as data after the end */
     if (flags & (HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE))
         ev_warn(c, HA_WARN_REPLACED_UTF8, NULL);

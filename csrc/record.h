@@ -26,6 +26,7 @@ typedef struct {
     size_t len;
     const ha_json_tape *tape; /* of the event's JSON, once parsed */
     int key_escapes;    /* some key of the event's JSON holds an escape */
+    int utf8_ok;        /* no string of the event's JSON holds invalid UTF-8 */
     int full;           /* something did not fit: roll back */
     int elided;         /* the framer elided long strings (sse.h) */
     long raw_base;      /* where the event data was copied to raw, or -1 */
