@@ -511,19 +511,6 @@ HOT ha_json_status scan_literal(const uint8_t *d, size_t len, size_t *pos,
     return HA_JSON_OK;
 }
 
-static inline ha_json_kind kind_of(uint8_t c)
-{
-    switch (c) {
-    case '{': return HA_JSON_OBJECT;
-    case '[': return HA_JSON_ARRAY;
-    case '"': return HA_JSON_STRING;
-    case 't': return HA_JSON_TRUE;
-    case 'f': return HA_JSON_FALSE;
-    case 'n': return HA_JSON_NULL;
-    default: return (c == '-' || is_digit(c)) ? HA_JSON_NUMBER : HA_JSON_ABSENT;
-    }
-}
-
 ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
                              ha_json_val *root, size_t *err_offset,
                              unsigned *flags)
@@ -708,7 +695,7 @@ done: {
         if (root) {
             root->start = start;
             root->end = end;
-            root->kind = kind_of(doc[start]);
+            root->kind = ha_json_kind_of(doc[start]);
             root->tape = tape && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
@@ -752,7 +739,7 @@ static inline int skip_value(const uint8_t *d, size_t p, size_t end, ha_json_val
 {
     size_t q = p;
     uint8_t c = d[p];
-    ha_json_kind k = kind_of(c);
+    ha_json_kind k = ha_json_kind_of(c);
 
     if (k == HA_JSON_ABSENT)
         return 0;
@@ -839,7 +826,7 @@ static const ha_json_val absent_val = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
 static inline ha_json_val tape_val(const ha_json_iter *it, size_t t)
 {
     const ha_json_tape_entry *e = &it->tape->entries[t];
-    ha_json_val v = {e->start, e->end, kind_of(it->doc[e->start]), (uint32_t)t};
+    ha_json_val v = {e->start, e->end, ha_json_kind_of(it->doc[e->start]), (uint32_t)t};
     return v;
 }
 
@@ -849,12 +836,9 @@ int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
     ha_json_val k, v;
 
     if (it->tape) { /* the parser saw every span: no bytes to look at */
-        if (it->t + 1 >= it->t_end)
-            goto stop;
-        *key = tape_val(it, it->t);
-        *value = tape_val(it, it->t + 1);
-        it->t = it->tape->entries[it->t + 1].next;
-        return 1;
+        if (ha_json_obj_next_fast(it, key, value))
+            return 1;
+        goto stop;
     }
     p = iter_sep(it);
     if (p >= it->end || it->doc[p] != '"' || !skip_value(it->doc, p, it->end, &k))

@@ -126,6 +126,42 @@ void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val co
                             const ha_json_tape *tape);
 /* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
+
+/* The kind of the value that starts with byte c; ABSENT when none can. */
+static inline ha_json_kind ha_json_kind_of(uint8_t c)
+{
+    switch (c) {
+    case '{': return HA_JSON_OBJECT;
+    case '[': return HA_JSON_ARRAY;
+    case '"': return HA_JSON_STRING;
+    case 't': return HA_JSON_TRUE;
+    case 'f': return HA_JSON_FALSE;
+    case 'n': return HA_JSON_NULL;
+    default: return (c == '-' || (unsigned)(c - '0') < 10u) ? HA_JSON_NUMBER : HA_JSON_ABSENT;
+    }
+}
+
+/* ha_json_obj_next() inline for an iterator on a tape, which is only loads:
+ * a member lookup loop pays no call per member. 0 when there is no tape or
+ * no member left (ha_json_obj_next() then tells which). */
+static inline int ha_json_obj_next_fast(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
+{
+    const ha_json_tape_entry *e;
+    size_t t = it->t;
+    if (!it->tape || t + 1 >= it->t_end)
+        return 0;
+    e = it->tape->entries;
+    key->start = e[t].start;
+    key->end = e[t].end;
+    key->kind = HA_JSON_STRING;
+    key->tape = (uint32_t)t;
+    value->start = e[t + 1].start;
+    value->end = e[t + 1].end;
+    value->kind = ha_json_kind_of(it->doc[e[t + 1].start]);
+    value->tape = (uint32_t)(t + 1);
+    it->t = e[t + 1].next;
+    return 1;
+}
 /* Next element: 1 with *value, or 0 at the end. */
 int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
 

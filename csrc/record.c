@@ -443,7 +443,7 @@ void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t
     if (obj.kind != HA_JSON_OBJECT)
         return;
     ev_iter(c, &it, obj);
-    while (ha_json_obj_next(&it, &k, &v))
+    while (ha_json_obj_next_fast(&it, &k, &v) || ha_json_obj_next(&it, &k, &v))
         for (size_t i = 0; i < n; i++)
             if (ev_key_is(c, k, table[i].name, table[i].len)) {
                 *table[i].value = v; /* keep going: the last duplicate wins */

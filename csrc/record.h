@@ -124,8 +124,9 @@ static inline int ev_str_is(const ev_ctx *c, ha_json_val s, const char *lit, siz
                             int may_escape)
 {
     size_t raw = s.end - s.start - 2;
-    if (raw == n)
-        return memcmp(c->doc + s.start + 1, lit, n) == 0;
+    if (raw == n) /* the first byte tells most names of a length apart */
+        return n == 0 || (c->doc[s.start + 1] == (uint8_t)lit[0] &&
+                          memcmp(c->doc + s.start + 1, lit, n) == 0);
     return raw > n && may_escape && ha_json_key_eq(c->doc, s, (const uint8_t *)lit, n);
 }
 
