@@ -101,11 +101,15 @@ static inline uint64_t bytes_eq(uint64_t w, uint8_t b)
     return (x - ONES) & ~x & HIGHS;
 }
 
-/* Stops for the parser inside a string: '"', '\\', < 0x20, >= 0x80. The
- * last two share one test: ((w - 0x20..) & ~w) | w == (w - 0x20..) | w. */
+/* Stops for the parser inside a string: '"', '\\', < 0x20, >= 0x80, in
+ * three subtractions. Below the first stop every byte is in 0x20..0x7F and
+ * no subtraction borrows or sets a high bit there, so the lowest set bit
+ * is exact. At a stop: '"' or '\\' makes its difference 0xFF, < 0x20
+ * wraps w - 0x20; >= 0x80 leaves w ^ '"' at 0x81 or more (high bit set
+ * after - 1) except 0xA2, where w - 0x20 is 0x82. */
 static inline uint64_t swar_parse_stops(uint64_t w)
 {
-    return (((w - ONES * 0x20u) | w) & HIGHS) | bytes_eq(w, '"') | bytes_eq(w, '\\');
+    return (((w ^ ONES * '"') - ONES) | ((w ^ ONES * '\\') - ONES) | (w - ONES * 0x20u)) & HIGHS;
 }
 
 /* Stops for decoding: '\\' (when json) and >= 0x80. */
@@ -443,13 +447,17 @@ HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsign
             *pos = p;
             return HA_JSON_ERR_SYNTAX;
         } else {
-            size_t bad, k = utf8_seq(d + p, len - p, &bad);
-            if (k) {
-                p += k;
-            } else {
-                *fl |= HA_JSON_FLAG_BAD_UTF8; /* not a syntax error: json.h */
-                p += bad;
-            }
+            /* a run of multibyte characters (CJK text, say) is checked here
+               character by character: a word scan would stop at each */
+            do {
+                size_t bad, k = utf8_seq(d + p, len - p, &bad);
+                if (k) {
+                    p += k;
+                } else {
+                    *fl |= HA_JSON_FLAG_BAD_UTF8; /* not a syntax error: json.h */
+                    p += bad;
+                }
+            } while (p < len && d[p] >= 0x80u);
         }
     }
     *pos = len;

@@ -330,6 +330,49 @@ static void test_flags(check_counts *c)
                  fl == HA_JSON_FLAG_BAD_UTF8 && span_is(r, 0, 4, HA_JSON_STRING));
 }
 
+/* Every byte value at every place of a string body two words long: the
+ * word-at-a-time scan must stop exactly where a byte loop would. */
+static void test_string_bytes(check_counts *c)
+{
+    enum { BODY = 16 };
+    uint8_t doc[BODY + 2];
+    unsigned wrong = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        for (size_t k = 0; k < BODY; k++) {
+            ha_json_val r;
+            size_t off = 0;
+            unsigned fl = 0;
+            ha_json_status st, want = HA_JSON_OK;
+            size_t want_off = 0;
+            unsigned want_fl = 0;
+            memset(doc, 'a', sizeof doc);
+            doc[0] = doc[BODY + 1] = '"';
+            doc[1 + k] = (uint8_t)b;
+            st = ha_json_parse(doc, sizeof doc, 0, &r, &off, &fl);
+            if (b < 0x20u) {
+                want = HA_JSON_ERR_SYNTAX;
+                want_off = 1 + k;
+            } else if (b == '"') {
+                want = HA_JSON_ERR_TRAILING;
+                want_off = 2 + k;
+            } else if (b == '\\') { /* \a, or \" leaving the string open */
+                want = HA_JSON_ERR_SYNTAX;
+                want_off = k + 1 < BODY ? 2 + k : sizeof doc;
+            } else if (b >= 0x80u) {
+                want_fl = HA_JSON_FLAG_BAD_UTF8; /* alone, never well-formed */
+            }
+            if (st != want || (st != HA_JSON_OK && off != want_off) ||
+                (st == HA_JSON_OK && fl != want_fl)) {
+                if (!wrong)
+                    fprintf(stderr, "byte 0x%02x at %zu: status %d offset %zu flags %u\n", b, k,
+                            (int)st, off, fl);
+                wrong++;
+            }
+        }
+    }
+    CHECK(c, wrong == 0);
+}
+
 /* ---- spans ------------------------------------------------------------- */
 
 static void test_iterate(check_counts *c)
@@ -954,6 +997,7 @@ int main(int argc, char **argv)
     test_empty_trailing(&c);
     test_depth(&c);
     test_flags(&c);
+    test_string_bytes(&c);
     test_iterate(&c);
     test_lookup(&c);
     test_decode(&c);
