@@ -438,15 +438,25 @@ void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t
 {
     ha_json_iter it;
     ha_json_val k, v;
+    int escapes = c->key_escapes;
     for (size_t i = 0; i < n; i++)
         *table[i].value = ev_absent;
     if (obj.kind != HA_JSON_OBJECT)
         return;
     ev_iter(c, &it, obj);
-    while (ha_json_obj_next_fast(&it, &k, &v) || ha_json_obj_next(&it, &k, &v))
-        for (size_t i = 0; i < n; i++)
-            if (ev_key_is(c, k, table[i].name, table[i].len)) {
+    /* on a tape the inline step reads all members; the call scans */
+    while (it.tape ? ha_json_obj_next_fast(&it, &k, &v) : ha_json_obj_next(&it, &k, &v)) {
+        const uint8_t *raw = c->doc + k.start + 1;
+        size_t len = k.end - k.start - 2;
+        for (size_t i = 0; i < n; i++) {
+            size_t want = table[i].len;
+            /* ev_key_is, its key's bytes read once for the whole table */
+            if (want == len ? len == 0 || (raw[0] == (uint8_t)table[i].name[0] &&
+                                           memcmp(raw, table[i].name, len) == 0)
+                            : len > want && escapes && ev_key_is(c, k, table[i].name, want)) {
                 *table[i].value = v; /* keep going: the last duplicate wins */
                 break;
             }
+        }
+    }
 }
