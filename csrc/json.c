@@ -533,27 +533,33 @@ typedef struct {
     size_t cap, n;
 } tape_w;
 
+/* How the parser keeps a tape: none, one that holds an entry per byte of
+ * the document (every entry starts at a byte of its own, so it cannot
+ * overflow: no check per entry), or one that may overflow. The parser is
+ * instantiated once per mode. */
+typedef enum { TAPE_NONE, TAPE_ROOMY, TAPE_CHECKED } tape_mode;
+
 /* Open an entry for the value or key starting at pos; its index. */
-static inline size_t tape_open(tape_w *t, size_t pos)
+static inline size_t tape_open(tape_w *t, size_t pos, tape_mode mode)
 {
     size_t i = t->n++;
-    if (i < t->cap)
+    if (mode == TAPE_ROOMY || i < t->cap)
         t->e[i].start = (uint32_t)pos;
     return i;
 }
 
 /* Close entry i: the value ends before end, its subtree before entry next. */
-static inline void tape_close(tape_w *t, size_t i, size_t end, size_t next)
+static inline void tape_close(tape_w *t, size_t i, size_t end, size_t next, tape_mode mode)
 {
-    if (i < t->cap) {
+    if (mode == TAPE_ROOMY || i < t->cap) {
         t->e[i].end = (uint32_t)end;
         t->e[i].next = (uint32_t)next;
     }
 }
 
-ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
-                                  ha_json_val *root, size_t *err_offset,
-                                  unsigned *flags, ha_json_tape *tape)
+HOT ha_json_status parse(const uint8_t *doc, size_t len, unsigned max_depth, ha_json_val *root,
+                         size_t *err_offset, unsigned *flags, ha_json_tape *tape,
+                         tape_mode mode)
 {
     /* Bit i set: the container at depth i + 1 is an object. Only bits
      * below depth are ever read, and each is written on its push. */
@@ -578,13 +584,8 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
         root->kind = HA_JSON_ABSENT;
         root->tape = HA_JSON_NO_TAPE;
     }
-    if (tape) {
-        tape->n = 0;
-        if (len > UINT32_MAX) /* offsets are 32-bit: such a document scans */
-            tape = NULL;
-    }
-    tw.e = tape ? tape->entries : NULL;
-    tw.cap = tape ? tape->cap : 0;
+    tw.e = mode != TAPE_NONE ? tape->entries : NULL;
+    tw.cap = mode != TAPE_NONE ? tape->cap : 0;
     tw.n = 0;
 
     p = skip_ws(doc, 0, len);
@@ -597,8 +598,8 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
 value: /* p: the first byte of a value, whitespace skipped */
     if (p >= len)
         goto fail;
-    if (tape && doc[p] != '{' && doc[p] != '[')
-        ti = tape_open(&tw, p);
+    if (mode != TAPE_NONE && doc[p] != '{' && doc[p] != '[')
+        ti = tape_open(&tw, p, mode);
     switch (doc[p]) {
     case '{':
     case '[':
@@ -611,8 +612,8 @@ value: /* p: the first byte of a value, whitespace skipped */
             kinds[depth / KIND_WORD_BITS] |= 1ull << (depth % KIND_WORD_BITS);
         else
             kinds[depth / KIND_WORD_BITS] &= ~(1ull << (depth % KIND_WORD_BITS));
-        if (tape)
-            entry[depth] = tape_open(&tw, p);
+        if (mode != TAPE_NONE)
+            entry[depth] = tape_open(&tw, p, mode);
         depth++;
         p = skip_ws(doc, p + 1, len);
         if (p < len && doc[p] == (in_obj ? '}' : ']')) {
@@ -643,8 +644,8 @@ value: /* p: the first byte of a value, whitespace skipped */
     }
     if (st != HA_JSON_OK)
         goto fail;
-    if (tape)
-        tape_close(&tw, ti, p, ti + 1);
+    if (mode != TAPE_NONE)
+        tape_close(&tw, ti, p, ti + 1, mode);
 
 after: /* a value ended at p */
     if (depth == 0)
@@ -664,8 +665,8 @@ after: /* a value ended at p */
 
 close: /* a container closed just before p */
     depth--;
-    if (tape)
-        tape_close(&tw, entry[depth], p, tw.n);
+    if (mode != TAPE_NONE)
+        tape_close(&tw, entry[depth], p, tw.n, mode);
     if (depth > 0)
         in_obj = (int)((kinds[(depth - 1) / KIND_WORD_BITS] >>
                         ((depth - 1) % KIND_WORD_BITS)) & 1u);
@@ -674,16 +675,16 @@ close: /* a container closed just before p */
 key: /* p: where a member's key must start, whitespace skipped */
     if (p >= len || doc[p] != '"')
         goto fail;
-    if (tape)
-        ti = tape_open(&tw, p);
+    if (mode != TAPE_NONE)
+        ti = tape_open(&tw, p, mode);
     p++;
     esc = fl & FLAG_ESCAPE_SEEN;
     fl &= ~FLAG_ESCAPE_SEEN;
     st = scan_string(doc, len, &p, &fl);
     if (st != HA_JSON_OK)
         goto fail;
-    if (tape)
-        tape_close(&tw, ti, p, ti + 1);
+    if (mode != TAPE_NONE)
+        tape_close(&tw, ti, p, ti + 1, mode);
     if (fl & FLAG_ESCAPE_SEEN) /* this key's own escape */
         fl |= HA_JSON_FLAG_KEY_ESCAPE;
     fl |= esc;
@@ -704,11 +705,11 @@ done: {
             root->start = start;
             root->end = end;
             root->kind = ha_json_kind_of(doc[start]);
-            root->tape = tape && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
+            root->tape = mode != TAPE_NONE && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
             *flags = fl & ~FLAG_ESCAPE_SEEN;
-        if (tape)
+        if (mode != TAPE_NONE)
             tape->n = tw.n;
         return HA_JSON_OK;
     }
@@ -723,6 +724,20 @@ fail:
     /* Every syntax path jumps here with st still OK from its last success
      * or SYNTAX from a scanner: only EMPTY/DEPTH/TRAILING are explicit. */
     return st == HA_JSON_OK ? HA_JSON_ERR_SYNTAX : st;
+}
+
+ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
+                                  ha_json_val *root, size_t *err_offset,
+                                  unsigned *flags, ha_json_tape *tape)
+{
+    if (tape) {
+        tape->n = 0;
+        if (len <= tape->cap)
+            return parse(doc, len, max_depth, root, err_offset, flags, tape, TAPE_ROOMY);
+        if (len <= UINT32_MAX) /* offsets are 32-bit: a longer document scans */
+            return parse(doc, len, max_depth, root, err_offset, flags, tape, TAPE_CHECKED);
+    }
+    return parse(doc, len, max_depth, root, err_offset, flags, NULL, TAPE_NONE);
 }
 
 /* ---- spans ------------------------------------------------------------- */

@@ -981,6 +981,20 @@ static void test_tape(check_counts *c)
     CHECK(c, tape.n == 9 && r.tape == HA_JSON_NO_TAPE);
     ha_json_iter_init_tape(&it, d, r, &tape);
     CHECK(c, ha_json_obj_next(&it, &k, &v) && v.start == 7 && v.end == 23 && v.tape == HA_JSON_NO_TAPE);
+    /* a tape of one entry per byte cannot overflow and is written unchecked;
+       one entry less than the document needs is never written past */
+    {
+        const uint8_t *w = (const uint8_t *)"[0,0,0,0,0,0,0]"; /* 15 bytes, 8 entries */
+        ha_json_tape_entry big[15], small[8];
+        ha_json_tape roomy = {big, 15, 0}, tight = {small, 7, 0};
+        small[7].start = small[7].end = small[7].next = 77; /* past cap: a guard */
+        CHECK(c, ha_json_parse_tape(w, 15, 0, &r, NULL, NULL, &roomy) == HA_JSON_OK &&
+                     roomy.n == 8 && r.tape == 0 && big[0].end == 15 && big[0].next == 8 &&
+                     big[7].start == 13 && big[7].end == 14 && big[7].next == 8);
+        CHECK(c, ha_json_parse_tape(w, 15, 0, &r, NULL, NULL, &tight) == HA_JSON_OK &&
+                     tight.n == 8 && r.tape == HA_JSON_NO_TAPE && small[6].start == 11 &&
+                     small[7].start == 77 && small[7].end == 77 && small[7].next == 77);
+    }
     /* a failed parse leaves no usable tape */
     tape.cap = 16;
     CHECK(c, ha_json_parse_tape(L("{\"a\": [1,]}"), 0, &r, NULL, NULL, &tape) == HA_JSON_ERR_SYNTAX &&
