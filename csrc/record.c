@@ -434,6 +434,24 @@ void ev_piece(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub, ha_json_v
         ev_delta(c, kind, index, sub, v, item_id, path);
 }
 
+/* Member k: v to the table entry of its name (ev_key_is, the key's bytes
+ * read once for the whole table). */
+static inline void member_match(const ev_ctx *c, const ev_member *table, size_t n,
+                                int escapes, ha_json_val k, ha_json_val v)
+{
+    const uint8_t *raw = c->doc + k.start + 1;
+    size_t len = k.end - k.start - 2;
+    for (size_t i = 0; i < n; i++) {
+        size_t want = table[i].len;
+        if (want == len ? len == 0 || (raw[0] == (uint8_t)table[i].name[0] &&
+                                       memcmp(raw, table[i].name, len) == 0)
+                        : len > want && escapes && ev_key_is(c, k, table[i].name, want)) {
+            *table[i].value = v; /* keep going: the last duplicate wins */
+            return;
+        }
+    }
+}
+
 void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t n)
 {
     ha_json_iter it;
@@ -444,19 +462,14 @@ void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t
     if (obj.kind != HA_JSON_OBJECT)
         return;
     ev_iter(c, &it, obj);
-    /* on a tape the inline step reads all members; the call scans */
-    while (it.tape ? ha_json_obj_next_fast(&it, &k, &v) : ha_json_obj_next(&it, &k, &v)) {
-        const uint8_t *raw = c->doc + k.start + 1;
-        size_t len = k.end - k.start - 2;
-        for (size_t i = 0; i < n; i++) {
-            size_t want = table[i].len;
-            /* ev_key_is, its key's bytes read once for the whole table */
-            if (want == len ? len == 0 || (raw[0] == (uint8_t)table[i].name[0] &&
-                                           memcmp(raw, table[i].name, len) == 0)
-                            : len > want && escapes && ev_key_is(c, k, table[i].name, want)) {
-                *table[i].value = v; /* keep going: the last duplicate wins */
-                break;
-            }
-        }
+    if (it.tape) {
+        /* inline steps on locals no call sees: they stay in registers */
+        ha_json_iter on_tape = it;
+        ha_json_val tk, tv;
+        while (ha_json_obj_next_fast(&on_tape, &tk, &tv))
+            member_match(c, table, n, escapes, tk, tv);
+        return;
     }
+    while (ha_json_obj_next(&it, &k, &v))
+        member_match(c, table, n, escapes, k, v);
 }
