@@ -209,8 +209,11 @@ size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)
             return end_call(st, pos, 0);
         st->pending = 1;
         st->pending_status = status;
-        if (!deliver(st))
+        if (!deliver(st)) {
+            if (st->proto == HA_PROTO_OLLAMA) /* the line may lie in this read */
+                st->ev.data = ha_ndjson_hold(&st->nd, st->ev.data, st->ev.data_len);
             return end_call(st, pos, 1);
+        }
     }
 }
 
