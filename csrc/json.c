@@ -1036,6 +1036,18 @@ size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out, unsigned *
     return o;
 }
 
+size_t ha_utf8_count(const uint8_t *p, size_t n)
+{
+    size_t chars = n, i = 0;
+    for (; n - i >= SWAR_BYTES; i += SWAR_BYTES) {
+        uint64_t w = load64(p + i), cont = w & ~(w << 1) & HIGHS;
+        chars -= (size_t)(((cont >> 7) * ONES) >> 56); /* the sum of its bytes */
+    }
+    for (; i < n; i++)
+        chars -= (p[i] & 0xC0u) == 0x80u;
+    return chars;
+}
+
 /* ---- numbers ----------------------------------------------------------- */
 
 ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out)
@@ -1197,5 +1209,117 @@ ha_json_status ha_json_get_bool(ha_json_val v, int *out)
         *out = 0;
     else
         return HA_JSON_ERR_TYPE;
+    return HA_JSON_OK;
+}
+
+/* ---- a whole document in one call -------------------------------------- */
+
+/* A scalar of an accepted document at doc[p] into w (NULL: only counted);
+ * returns the byte after it, or 0 with *st set. */
+static size_t flat_scalar(const uint8_t *doc, size_t p, size_t end, int64_t *w, uint8_t *text,
+                          size_t text_cap, size_t *t_len, size_t *t_chars, ha_json_status *st)
+{
+    ha_json_val v;
+    if (!skip_value(doc, p, end, &v)) { /* cannot happen once accepted */
+        *st = HA_JSON_ERR_SYNTAX;
+        return 0;
+    }
+    if (!w)
+        return v.end;
+    w[0] = v.kind;
+    if (v.kind == HA_JSON_STRING) {
+        size_t n = 0;
+        if (ha_json_str_max(v) > text_cap - *t_len ||
+            ha_json_str_decode(doc, v, text + *t_len, text_cap - *t_len, &n, NULL) != HA_JSON_OK) {
+            *st = HA_JSON_ERR_SPACE;
+            return 0;
+        }
+        w[1] = (int64_t)*t_chars;
+        *t_chars += ha_utf8_count(text + *t_len, n);
+        *t_len += n;
+        w[2] = (int64_t)*t_chars;
+    } else if (v.kind == HA_JSON_NUMBER) {
+        double d;
+        ha_json_status s = ha_json_get_i64(doc, v, &w[1]);
+        if (s == HA_JSON_OK) {
+            w[3] = HA_JSON_FLAT_INT;
+        } else if (s == HA_JSON_ERR_RANGE) { /* integer grammar, beyond int64 */
+            w[1] = (int64_t)v.start;
+            w[2] = (int64_t)v.end;
+            w[3] = HA_JSON_FLAT_BIG;
+        } else if ((s = ha_json_get_f64(doc, v, &d)) == HA_JSON_OK) {
+            memcpy(&w[1], &d, sizeof d);
+            w[3] = HA_JSON_FLAT_F64;
+        } else {
+            *st = s;
+            return 0;
+        }
+    }
+    return v.end;
+}
+
+ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_depth,
+                               int64_t *words, size_t n_words, size_t *n_values,
+                               uint8_t *text, size_t text_cap, size_t *text_len,
+                               size_t *err_offset, unsigned *flags)
+{
+    /* each open container: its count so far, times 2, plus 1 for an object */
+    size_t open[HA_JSON_DEPTH_LIMIT];
+    size_t depth = 0, n = 0, cap = words ? n_words / HA_JSON_FLAT_WORDS : 0;
+    size_t t_len = 0, t_chars = 0, p;
+    int key_next = 0; /* in an object, after '{' or ',': a key comes */
+    ha_json_val root;
+    ha_json_status st = ha_json_parse(doc, len, max_depth, &root, err_offset, flags);
+
+    *n_values = 0;
+    *text_len = 0;
+    if (st != HA_JSON_OK)
+        return st;
+    /* The document is accepted: a walk of its bytes meets values, keys,
+     * brackets and separators only, and brackets match. */
+    for (p = root.start; p < root.end;) {
+        uint8_t c = doc[p];
+        size_t next;
+        if (c == ',' || c == ':' || is_ws(c)) {
+            if (c == ',')
+                key_next = (int)(open[depth - 1] & 1u);
+            p++;
+            continue;
+        }
+        if (c == '}' || c == ']') { /* written when closed: after its contents */
+            depth--;
+            if (n < cap) {
+                words[n * HA_JSON_FLAT_WORDS] = c == '}' ? HA_JSON_OBJECT : HA_JSON_ARRAY;
+                words[n * HA_JSON_FLAT_WORDS + 1] = (int64_t)(open[depth] / 2);
+            }
+            n++;
+            key_next = 0;
+            p++;
+            continue;
+        }
+        if (!key_next && depth > 0)
+            open[depth - 1] += 2;
+        if (c == '{' || c == '[') {
+            open[depth++] = c == '{';
+            key_next = c == '{';
+            p++;
+            continue;
+        }
+        key_next = 0;
+        st = HA_JSON_OK;
+        next = flat_scalar(doc, p, root.end, n < cap ? words + n * HA_JSON_FLAT_WORDS : NULL,
+                           text, text_cap, &t_len, &t_chars, &st);
+        if (next == 0) {
+            if (err_offset)
+                *err_offset = p;
+            return st;
+        }
+        n++;
+        p = next;
+    }
+    *n_values = n;
+    if (n > cap)
+        return HA_JSON_ERR_SPACE;
+    *text_len = t_len;
     return HA_JSON_OK;
 }

@@ -196,4 +196,41 @@ ha_json_status ha_json_get_bool(ha_json_val v, int *out);
 size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out,
                         unsigned *flags);
 
+/* Code points in n bytes of valid UTF-8: the bytes that are no
+ * continuation byte (10xxxxxx). */
+size_t ha_utf8_count(const uint8_t *p, size_t n);
+
+/* ---- a whole document in one call ---- */
+
+/* ha_json_flatten() writes each value as HA_JSON_FLAT_WORDS int64 words,
+ * in postorder (a container after what it holds, so that a caller can
+ * build it from a stack of the values before it): its kind
+ * (ha_json_kind), then
+ *   OBJECT, ARRAY  the number of members or elements, just before it (a
+ *                  member as its key, a STRING, then its value)
+ *   STRING         its decoded text: [start, end) in code points of text
+ *   NUMBER         the value and its form in the last word:
+ *                  HA_JSON_FLAT_INT an int64, HA_JSON_FLAT_F64 the bits of
+ *                  a double, HA_JSON_FLAT_BIG an integer outside int64 as
+ *                  its span [start, end) of doc
+ * and nothing for null, false and true. */
+#define HA_JSON_FLAT_WORDS 4
+#define HA_JSON_FLAT_INT 0
+#define HA_JSON_FLAT_F64 1
+#define HA_JSON_FLAT_BIG 2
+
+/* Parse doc[0 .. len) and write all its values, keys included, for a
+ * caller that builds its own objects in one pass over them rather than one
+ * call per value. The status, *err_offset and *flags are ha_json_parse()'s;
+ * on an accepted document, a float that overflows a double is then
+ * HA_JSON_ERR_RANGE with *err_offset at its first byte. *n_values gets the
+ * number of values (keys included) whatever words can hold: when it is
+ * more than n_words / HA_JSON_FLAT_WORDS (words may be NULL), the status is
+ * HA_JSON_ERR_SPACE and nothing is usable. text takes every string decoded
+ * (3 * len bytes always suffice); *text_len gets its length in bytes. */
+ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_depth,
+                               int64_t *words, size_t n_words, size_t *n_values,
+                               uint8_t *text, size_t text_cap, size_t *text_len,
+                               size_t *err_offset, unsigned *flags);
+
 #endif

@@ -70,20 +70,6 @@ static inline uint64_t load64(const uint8_t *p)
     return w;
 }
 
-/* Code points in n bytes of UTF-8: the bytes that are no continuation
- * (10xxxxxx), counted a word at a time. */
-static size_t count_chars(const uint8_t *p, size_t n)
-{
-    size_t chars = n, i = 0;
-    for (; n - i >= sizeof(uint64_t); i += sizeof(uint64_t)) {
-        uint64_t w = load64(p + i), cont = w & ~(w << 1) & HIGHS;
-        chars -= (size_t)(((cont >> 7) * ONES) >> 56); /* the sum of its bytes */
-    }
-    for (; i < n; i++)
-        chars -= (p[i] & 0xC0) == 0x80;
-    return chars;
-}
-
 /* A string body of a document without invalid UTF-8 (the parser checked)
  * decodes to its own bytes unless it holds an escape: copy it a word at a
  * time; 0 at the first backslash. */
@@ -108,7 +94,7 @@ static int copy_plain(uint8_t *out, const uint8_t *p, size_t n)
  * code-point offsets. */
 static void text_commit(ha_stream *st, size_t n, int64_t *span)
 {
-    size_t chars = count_chars(st->text + st->out.text_len, n);
+    size_t chars = ha_utf8_count(st->text + st->out.text_len, n);
     span[0] = (int64_t)st->out.text_chars;
     st->out.text_len += n;
     st->out.text_chars += chars;

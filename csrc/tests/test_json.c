@@ -1001,11 +1001,52 @@ static void test_tape(check_counts *c)
                  r.tape == HA_JSON_NO_TAPE);
 }
 
+/* The whole document in one call: postorder values, counts, the forms of
+ * numbers, strings in one text area, and the statuses. */
+static void test_flatten(check_counts *c)
+{
+    const uint8_t *d = (const uint8_t *)"{\"k\": [1, -2.5, \"\\u00e9x\", null, true, false, "
+                                        "99999999999999999999, {}], \"k\": []}";
+    size_t len = strlen((const char *)d), n = 0, tl = 0, off = 0;
+    int64_t w[16 * HA_JSON_FLAT_WORDS];
+    uint8_t text[256];
+    unsigned fl = 0;
+    double f;
+    CHECK(c, ha_json_flatten(d, len, 0, NULL, 0, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_SPACE && n == 13);
+    CHECK(c, ha_json_flatten(d, len, 0, w, 12 * HA_JSON_FLAT_WORDS, &n, text, sizeof text, &tl,
+                             &off, &fl) == HA_JSON_ERR_SPACE && n == 13);
+    CHECK(c, ha_json_flatten(d, len, 0, w, sizeof w / sizeof *w, &n, text, sizeof text, &tl, &off,
+                             &fl) == HA_JSON_OK && n == 13 && fl == 0);
+    /* "k" 1 -2.5 "éx" null true false big {} [..] "k" [] {..} */
+    CHECK(c, w[0] == HA_JSON_STRING && w[1] == 0 && w[2] == 1 && tl == 5 &&
+                 memcmp(text, "k\xc3\xa9xk", 5) == 0);
+    CHECK(c, w[4] == HA_JSON_NUMBER && w[5] == 1 && w[7] == HA_JSON_FLAT_INT);
+    memcpy(&f, &w[9], sizeof f);
+    CHECK(c, w[8] == HA_JSON_NUMBER && w[11] == HA_JSON_FLAT_F64 && f == -2.5);
+    CHECK(c, w[12] == HA_JSON_STRING && w[13] == 1 && w[14] == 3);
+    CHECK(c, w[16] == HA_JSON_NULL && w[20] == HA_JSON_TRUE && w[24] == HA_JSON_FALSE);
+    CHECK(c, w[28] == HA_JSON_NUMBER && w[31] == HA_JSON_FLAT_BIG && w[29] == 46 && w[30] == 66);
+    CHECK(c, w[32] == HA_JSON_OBJECT && w[33] == 0 && w[36] == HA_JSON_ARRAY && w[37] == 8);
+    CHECK(c, w[40] == HA_JSON_STRING && w[41] == 3 && w[42] == 4 && w[44] == HA_JSON_ARRAY &&
+                 w[45] == 0 && w[48] == HA_JSON_OBJECT && w[49] == 2); /* both members */
+    /* a scalar document; statuses */
+    CHECK(c, ha_json_flatten(L("7"), 0, w, 4, &n, text, sizeof text, &tl, &off, &fl) == HA_JSON_OK &&
+                 n == 1 && w[0] == HA_JSON_NUMBER && w[1] == 7);
+    CHECK(c, ha_json_flatten(L("[1, 2e400]"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_RANGE && off == 4);
+    CHECK(c, ha_json_flatten(L("[1, 2e400"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_SYNTAX && off == 9 && n == 0);
+    CHECK(c, ha_json_flatten(L("[\"\xff\"]"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_OK && fl == HA_JSON_FLAG_BAD_UTF8 && tl == 3 && w[2] == 1);
+}
+
 int main(int argc, char **argv)
 {
     check_counts c = {0, 0};
 
     test_tape(&c);
+    test_flatten(&c);
     test_accept(&c);
     test_reject(&c);
     test_empty_trailing(&c);
