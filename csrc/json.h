@@ -124,6 +124,29 @@ void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val contain
 /* The same with the tape ha_json_parse_tape filled for this document. */
 void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
                             const ha_json_tape *tape);
+/* ha_json_iter_init_tape() inline, for the extractors' hot paths. */
+static inline void ha_json_iter_start(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
+                                      const ha_json_tape *tape)
+{
+    it->doc = doc;
+    it->tape = NULL;
+    it->t = it->t_end = 0;
+    if ((container.kind == HA_JSON_ARRAY || container.kind == HA_JSON_OBJECT) &&
+        container.end > container.start && container.end - container.start >= 2) {
+        it->pos = container.start + 1;
+        it->end = container.end - 1; /* the closing bracket */
+        if (tape && tape->n <= tape->cap && container.tape < tape->n &&
+            tape->entries[container.tape].start == container.start &&
+            tape->entries[container.tape].end == container.end) {
+            it->tape = tape;
+            it->t = container.tape + 1;
+            it->t_end = tape->entries[container.tape].next;
+        }
+    } else {
+        it->pos = it->end = 0;
+    }
+}
+
 /* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
 

@@ -345,7 +345,7 @@ void ev_meta_commit(ev_ctx *c)
 
 void ev_iter(const ev_ctx *c, ha_json_iter *it, ha_json_val container)
 {
-    ha_json_iter_init_tape(it, c->doc, container, c->tape);
+    ha_json_iter_start(it, c->doc, container, c->tape);
 }
 
 void ev_error(ev_ctx *c, ha_json_val err)
