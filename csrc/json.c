@@ -37,9 +37,6 @@
 #endif
 
 #define U8_REPLACEMENT_LEN 3u
-/* Set by scan_string on any escape, so that the parser knows a key held
- * one without searching it again; never returned. */
-#define FLAG_ESCAPE_SEEN 0x100u
 
 static const uint8_t u8_replacement[U8_REPLACEMENT_LEN] = {0xEF, 0xBF, 0xBD};
 
@@ -401,8 +398,10 @@ static size_t dec_unit(const uint8_t *d, size_t *pos, size_t end, uint8_t u[4],
 /* ---- parser ------------------------------------------------------------ */
 
 /* p is just past the opening quote. On success *pos is past the closing
- * quote; on failure it is the error offset. */
-HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsigned *fl)
+ * quote; on failure it is the error offset. An escape sets esc_flag in
+ * *fl: HA_JSON_FLAG_KEY_ESCAPE for a key, nothing for a value. */
+HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsigned *fl,
+                               unsigned esc_flag)
 {
     size_t p = *pos;
     for (;;) {
@@ -418,7 +417,7 @@ HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsign
         if (c == '\\') {
             int32_t cp;
             size_t err = len;
-            *fl |= FLAG_ESCAPE_SEEN;
+            *fl |= esc_flag;
             if (p + 1 >= len)
                 break;
             if (d[p + 1] != 'u') {
@@ -572,7 +571,7 @@ HOT ha_json_status parse(const uint8_t *doc, size_t len, unsigned max_depth, ha_
     int in_obj = 0;
     unsigned fl = 0;
     size_t p, start;
-    unsigned esc;
+    uint8_t c;
     ha_json_status st = HA_JSON_ERR_SYNTAX;
 
     if (max_depth == 0)
@@ -598,16 +597,13 @@ HOT ha_json_status parse(const uint8_t *doc, size_t len, unsigned max_depth, ha_
 value: /* p: the first byte of a value, whitespace skipped */
     if (p >= len)
         goto fail;
-    if (mode != TAPE_NONE && doc[p] != '{' && doc[p] != '[')
-        ti = tape_open(&tw, p, mode);
-    switch (doc[p]) {
-    case '{':
-    case '[':
+    c = doc[p];
+    if ((c | 0x20u) == '{') { /* '{' or '[' */
         if (depth >= max_depth) {
             st = HA_JSON_ERR_DEPTH;
             goto fail;
         }
-        in_obj = doc[p] == '{';
+        in_obj = c == '{';
         if (in_obj)
             kinds[depth / KIND_WORD_BITS] |= 1ull << (depth % KIND_WORD_BITS);
         else
@@ -623,9 +619,13 @@ value: /* p: the first byte of a value, whitespace skipped */
         if (in_obj)
             goto key;
         goto value;
+    }
+    if (mode != TAPE_NONE)
+        ti = tape_open(&tw, p, mode);
+    switch (c) {
     case '"':
         p++;
-        st = scan_string(doc, len, &p, &fl);
+        st = scan_string(doc, len, &p, &fl, 0);
         break;
     case 't':
         st = scan_literal(doc, len, &p, "true", 4);
@@ -637,7 +637,7 @@ value: /* p: the first byte of a value, whitespace skipped */
         st = scan_literal(doc, len, &p, "null", 4);
         break;
     default:
-        if (doc[p] != '-' && !is_digit(doc[p]))
+        if (c != '-' && !is_digit(c))
             goto fail;
         st = scan_number(doc, len, &p);
         break;
@@ -650,9 +650,13 @@ value: /* p: the first byte of a value, whitespace skipped */
 after: /* a value ended at p */
     if (depth == 0)
         goto done;
-    p = skip_ws(doc, p, len);
-    if (p >= len)
-        goto fail;
+    /* compact JSON has its separator right there: test it before any
+       whitespace */
+    if (p >= len || doc[p] != ',') {
+        p = skip_ws(doc, p, len);
+        if (p >= len)
+            goto fail;
+    }
     if (doc[p] == ',') {
         p = skip_ws(doc, p + 1, len);
         if (in_obj)
@@ -678,19 +682,16 @@ key: /* p: where a member's key must start, whitespace skipped */
     if (mode != TAPE_NONE)
         ti = tape_open(&tw, p, mode);
     p++;
-    esc = fl & FLAG_ESCAPE_SEEN;
-    fl &= ~FLAG_ESCAPE_SEEN;
-    st = scan_string(doc, len, &p, &fl);
+    st = scan_string(doc, len, &p, &fl, HA_JSON_FLAG_KEY_ESCAPE);
     if (st != HA_JSON_OK)
         goto fail;
     if (mode != TAPE_NONE)
         tape_close(&tw, ti, p, ti + 1, mode);
-    if (fl & FLAG_ESCAPE_SEEN) /* this key's own escape */
-        fl |= HA_JSON_FLAG_KEY_ESCAPE;
-    fl |= esc;
-    p = skip_ws(doc, p, len);
-    if (p >= len || doc[p] != ':')
-        goto fail;
+    if (p >= len || doc[p] != ':') { /* as after a value */
+        p = skip_ws(doc, p, len);
+        if (p >= len || doc[p] != ':')
+            goto fail;
+    }
     p = skip_ws(doc, p + 1, len);
     goto value;
 
@@ -708,7 +709,7 @@ done: {
             root->tape = mode != TAPE_NONE && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
-            *flags = fl & ~FLAG_ESCAPE_SEEN;
+            *flags = fl;
         if (mode != TAPE_NONE)
             tape->n = tw.n;
         return HA_JSON_OK;
@@ -720,7 +721,7 @@ fail:
     if (err_offset)
         *err_offset = p;
     if (flags)
-        *flags = fl & ~FLAG_ESCAPE_SEEN;
+        *flags = fl;
     /* Every syntax path jumps here with st still OK from its last success
      * or SYNTAX from a scanner: only EMPTY/DEPTH/TRAILING are explicit. */
     return st == HA_JSON_OK ? HA_JSON_ERR_SYNTAX : st;
@@ -816,23 +817,7 @@ void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val contain
 void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
                             const ha_json_tape *tape)
 {
-    it->doc = doc;
-    it->tape = NULL;
-    it->t = it->t_end = 0;
-    if ((container.kind == HA_JSON_ARRAY || container.kind == HA_JSON_OBJECT) &&
-        container.end > container.start && container.end - container.start >= 2) {
-        it->pos = container.start + 1;
-        it->end = container.end - 1; /* the closing bracket */
-        if (tape && tape->n <= tape->cap && container.tape < tape->n &&
-            tape->entries[container.tape].start == container.start &&
-            tape->entries[container.tape].end == container.end) {
-            it->tape = tape;
-            it->t = container.tape + 1;
-            it->t_end = tape->entries[container.tape].next;
-        }
-    } else {
-        it->pos = it->end = 0;
-    }
+    ha_json_iter_start(it, doc, container, tape);
 }
 
 /* Past whitespace and the comma that separates members. */
