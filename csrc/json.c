@@ -518,6 +518,15 @@ HOT ha_json_status scan_literal(const uint8_t *d, size_t len, size_t *pos,
     return HA_JSON_OK;
 }
 
+const uint8_t ha_json_kinds[256] = {
+    ['{'] = HA_JSON_OBJECT, ['['] = HA_JSON_ARRAY, ['"'] = HA_JSON_STRING,
+    ['t'] = HA_JSON_TRUE, ['f'] = HA_JSON_FALSE, ['n'] = HA_JSON_NULL,
+    ['-'] = HA_JSON_NUMBER, ['0'] = HA_JSON_NUMBER, ['1'] = HA_JSON_NUMBER,
+    ['2'] = HA_JSON_NUMBER, ['3'] = HA_JSON_NUMBER, ['4'] = HA_JSON_NUMBER,
+    ['5'] = HA_JSON_NUMBER, ['6'] = HA_JSON_NUMBER, ['7'] = HA_JSON_NUMBER,
+    ['8'] = HA_JSON_NUMBER, ['9'] = HA_JSON_NUMBER,
+};
+
 ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
                              ha_json_val *root, size_t *err_offset,
                              unsigned *flags)

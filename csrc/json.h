@@ -150,18 +150,12 @@ static inline void ha_json_iter_start(ha_json_iter *it, const uint8_t *doc, ha_j
 /* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
 
-/* The kind of the value that starts with byte c; ABSENT when none can. */
+/* The kind of the value that starts with each byte; ABSENT when none can. */
+extern const uint8_t ha_json_kinds[256];
+
 static inline ha_json_kind ha_json_kind_of(uint8_t c)
 {
-    switch (c) {
-    case '{': return HA_JSON_OBJECT;
-    case '[': return HA_JSON_ARRAY;
-    case '"': return HA_JSON_STRING;
-    case 't': return HA_JSON_TRUE;
-    case 'f': return HA_JSON_FALSE;
-    case 'n': return HA_JSON_NULL;
-    default: return (c == '-' || (unsigned)(c - '0') < 10u) ? HA_JSON_NUMBER : HA_JSON_ABSENT;
-    }
+    return (ha_json_kind)ha_json_kinds[c];
 }
 
 /* ha_json_obj_next() inline for an iterator on a tape, which is only loads:
