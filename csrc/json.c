@@ -975,13 +975,34 @@ size_t ha_json_str_max(ha_json_val s)
     return U8_REPLACEMENT_LEN * (end - p);
 }
 
-/* The shared decoder: JSON string bodies (json) or raw bytes. */
-static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
+/* Position of the first '\\' at or after p, or end. */
+static inline size_t skip_to_backslash(const uint8_t *d, size_t p, size_t end)
+{
+    while (end - p >= SWAR_BYTES) {
+        uint64_t m = bytes_eq(load64(d + p), '\\');
+        if (m) {
+#ifdef HA_SWAR_LE
+            return p + FIRST_STOP(m);
+#else
+            break;
+#endif
+        }
+        p += SWAR_BYTES;
+    }
+    while (p < end && d[p] != '\\')
+        p++;
+    return p;
+}
+
+/* The shared decoder: JSON string bodies (json) or raw bytes. valid: the
+ * bytes are known to be well-formed UTF-8, so only escapes stop the copy. */
+static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json, int valid,
                              uint8_t *out, size_t cap, size_t *out_len, unsigned *fl)
 {
     size_t o = 0;
     for (;;) {
-        size_t q = skip_clean(d, p, end, json), n = q - p, k;
+        size_t q = valid ? skip_to_backslash(d, p, end) : skip_clean(d, p, end, json);
+        size_t n = q - p, k;
         uint8_t u[4];
         if (cap - o < n)
             return HA_JSON_ERR_SPACE;
@@ -991,6 +1012,12 @@ static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
         if (q >= end)
             break;
         p = q;
+        /* the usual escape (\" \\ \n ...) here, the rest in dec_unit */
+        if (d[p] == '\\' && end - p >= 2 && o < cap && simple_escape(d[p + 1], out + o)) {
+            p += 2;
+            o++;
+            continue;
+        }
         k = dec_unit(d, &p, end, u, fl);
         if (cap - o < k)
             return HA_JSON_ERR_SPACE;
@@ -1001,8 +1028,8 @@ static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
     return HA_JSON_OK;
 }
 
-ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *out,
-                                  size_t cap, size_t *out_len, unsigned *flags)
+static ha_json_status str_decode(const uint8_t *doc, ha_json_val s, int valid, uint8_t *out,
+                                 size_t cap, size_t *out_len, unsigned *flags)
 {
     size_t p, end;
     unsigned fl = 0;
@@ -1011,7 +1038,7 @@ ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *ou
     *out_len = 0;
     if (!str_body(s, &p, &end))
         return HA_JSON_ERR_TYPE;
-    st = decode(doc, p, end, 1, out, cap, out_len, &fl);
+    st = decode(doc, p, end, 1, valid, out, cap, out_len, &fl);
     if (flags)
         *flags |= fl;
     if (st != HA_JSON_OK)
@@ -1019,12 +1046,24 @@ ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *ou
     return st;
 }
 
+ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *out,
+                                  size_t cap, size_t *out_len, unsigned *flags)
+{
+    return str_decode(doc, s, 0, out, cap, out_len, flags);
+}
+
+ha_json_status ha_json_str_decode_valid(const uint8_t *doc, ha_json_val s, uint8_t *out,
+                                        size_t cap, size_t *out_len, unsigned *flags)
+{
+    return str_decode(doc, s, 1, out, cap, out_len, flags);
+}
+
 size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out, unsigned *flags)
 {
     size_t o = 0;
     unsigned fl = 0;
     /* Capacity 3n always suffices (json.h), so this cannot fail. */
-    (void)decode(bytes, 0, n, 0, out, U8_REPLACEMENT_LEN * n, &o, &fl);
+    (void)decode(bytes, 0, n, 0, 0, out, U8_REPLACEMENT_LEN * n, &o, &fl);
     if (flags)
         *flags |= fl;
     return o;
@@ -1210,8 +1249,9 @@ ha_json_status ha_json_get_bool(ha_json_val v, int *out)
 
 /* A scalar of an accepted document at doc[p] into w (NULL: only counted);
  * returns the byte after it, or 0 with *st set. */
-static size_t flat_scalar(const uint8_t *doc, size_t p, size_t end, int64_t *w, uint8_t *text,
-                          size_t text_cap, size_t *t_len, size_t *t_chars, ha_json_status *st)
+static size_t flat_scalar(const uint8_t *doc, size_t p, size_t end, int valid, int64_t *w,
+                          uint8_t *text, size_t text_cap, size_t *t_len, size_t *t_chars,
+                          ha_json_status *st)
 {
     ha_json_val v;
     if (!skip_value(doc, p, end, &v)) { /* cannot happen once accepted */
@@ -1224,7 +1264,7 @@ static size_t flat_scalar(const uint8_t *doc, size_t p, size_t end, int64_t *w, 
     if (v.kind == HA_JSON_STRING) {
         size_t n = 0;
         if (ha_json_str_max(v) > text_cap - *t_len ||
-            ha_json_str_decode(doc, v, text + *t_len, text_cap - *t_len, &n, NULL) != HA_JSON_OK) {
+            str_decode(doc, v, valid, text + *t_len, text_cap - *t_len, &n, NULL) != HA_JSON_OK) {
             *st = HA_JSON_ERR_SPACE;
             return 0;
         }
@@ -1263,8 +1303,11 @@ ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_dept
     size_t t_len = 0, t_chars = 0, p;
     int key_next = 0; /* in an object, after '{' or ',': a key comes */
     ha_json_val root;
-    ha_json_status st = ha_json_parse(doc, len, max_depth, &root, err_offset, flags);
+    unsigned fl = 0;
+    ha_json_status st = ha_json_parse(doc, len, max_depth, &root, err_offset, &fl);
 
+    if (flags)
+        *flags = fl;
     *n_values = 0;
     *text_len = 0;
     if (st != HA_JSON_OK)
@@ -1301,8 +1344,9 @@ ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_dept
         }
         key_next = 0;
         st = HA_JSON_OK;
-        next = flat_scalar(doc, p, root.end, n < cap ? words + n * HA_JSON_FLAT_WORDS : NULL,
-                           text, text_cap, &t_len, &t_chars, &st);
+        next = flat_scalar(doc, p, root.end, !(fl & HA_JSON_FLAG_BAD_UTF8),
+                           n < cap ? words + n * HA_JSON_FLAT_WORDS : NULL, text, text_cap,
+                           &t_len, &t_chars, &st);
         if (next == 0) {
             if (err_offset)
                 *err_offset = p;

@@ -200,6 +200,12 @@ size_t ha_json_str_max(ha_json_val s);
 ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
                                   uint8_t *out, size_t cap, size_t *out_len,
                                   unsigned *flags);
+/* ha_json_str_decode() for a string of a document whose flags had no
+ * HA_JSON_FLAG_BAD_UTF8: its bytes are copied as they are up to each
+ * escape, not checked again. */
+ha_json_status ha_json_str_decode_valid(const uint8_t *doc, ha_json_val s,
+                                        uint8_t *out, size_t cap, size_t *out_len,
+                                        unsigned *flags);
 /* Integer grammar only: a fraction or exponent is HA_JSON_ERR_TYPE. */
 ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
 /* Correctly rounded whatever the number's length, independent of the C

@@ -117,7 +117,8 @@ int ev_text(ev_ctx *c, ha_json_val v, int64_t *span)
         text_commit(st, v.end - v.start - 2, span);
         return 1;
     }
-    if (ha_json_str_decode(c->doc, v, st->text + st->out.text_len, room, &n, &flags) != HA_JSON_OK) {
+    if ((c->utf8_ok ? ha_json_str_decode_valid : ha_json_str_decode)(
+            c->doc, v, st->text + st->out.text_len, room, &n, &flags) != HA_JSON_OK) {
         c->full = 1;
         return 0;
     }

@@ -63,6 +63,14 @@ static int decodes_to(const uint8_t *s, size_t len, const uint8_t *want,
         return 0;
     if (n > ha_json_str_max(root) || pfl != want_flags || dfl != want_flags)
         return 0;
+    if (!(pfl & HA_JSON_FLAG_BAD_UTF8)) { /* the decoder that trusts the parser agrees */
+        uint8_t out2[DECODE_BUF];
+        size_t n2 = 0;
+        unsigned vfl = 0;
+        if (ha_json_str_decode_valid(s, root, out2, sizeof out2, &n2, &vfl) != HA_JSON_OK ||
+            vfl != dfl || n2 != n || memcmp(out2, out, n) != 0)
+            return 0;
+    }
     return n == want_len && memcmp(out, want, n) == 0;
 }
 
