@@ -508,7 +508,11 @@ HOT ha_json_status scan_literal(const uint8_t *d, size_t len, size_t *pos,
                                 const char *lit, size_t n)
 {
     size_t p = *pos, i;
-    for (i = 0; i < n; i++) {
+    if (len - p >= n && memcmp(d + p, lit, n) == 0) { /* n is constant: no call */
+        *pos = p + n;
+        return HA_JSON_OK;
+    }
+    for (i = 0; i < n; i++) { /* where it goes wrong */
         if (p + i >= len || d[p + i] != (uint8_t)lit[i]) {
             *pos = p + i;
             return HA_JSON_ERR_SYNTAX;
