@@ -78,6 +78,7 @@ static void json_event(ev_ctx *c)
     }
     c->tape = tape;
     c->key_escapes = (flags & HA_JSON_FLAG_KEY_ESCAPE) != 0;
+    c->utf8_ok = (flags & HA_JSON_FLAG_BAD_UTF8) == 0;
     /* first: a warning after an end record would read as data after the end */
     if (flags & (HA_JSON_FLAG_BAD_UTF8 | HA_JSON_FLAG_LONE_SURROGATE))
         ev_warn(c, HA_WARN_REPLACED_UTF8, NULL);
@@ -208,8 +209,11 @@ size_t ha_stream_feed(ha_stream *st, const uint8_t *in, size_t len)
             return end_call(st, pos, 0);
         st->pending = 1;
         st->pending_status = status;
-        if (!deliver(st))
+        if (!deliver(st)) {
+            if (st->proto == HA_PROTO_OLLAMA) /* the line may lie in this read */
+                st->ev.data = ha_ndjson_hold(&st->nd, st->ev.data, st->ev.data_len);
             return end_call(st, pos, 1);
+        }
     }
 }
 

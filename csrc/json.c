@@ -37,9 +37,6 @@
 #endif
 
 #define U8_REPLACEMENT_LEN 3u
-/* Set by scan_string on any escape, so that the parser knows a key held
- * one without searching it again; never returned. */
-#define FLAG_ESCAPE_SEEN 0x100u
 
 static const uint8_t u8_replacement[U8_REPLACEMENT_LEN] = {0xEF, 0xBF, 0xBD};
 
@@ -101,11 +98,15 @@ static inline uint64_t bytes_eq(uint64_t w, uint8_t b)
     return (x - ONES) & ~x & HIGHS;
 }
 
-/* Stops for the parser inside a string: '"', '\\', < 0x20, >= 0x80. The
- * last two share one test: ((w - 0x20..) & ~w) | w == (w - 0x20..) | w. */
+/* Stops for the parser inside a string: '"', '\\', < 0x20, >= 0x80, in
+ * three subtractions. Below the first stop every byte is in 0x20..0x7F and
+ * no subtraction borrows or sets a high bit there, so the lowest set bit
+ * is exact. At a stop: '"' or '\\' makes its difference 0xFF, < 0x20
+ * wraps w - 0x20; >= 0x80 leaves w ^ '"' at 0x81 or more (high bit set
+ * after - 1) except 0xA2, where w - 0x20 is 0x82. */
 static inline uint64_t swar_parse_stops(uint64_t w)
 {
-    return (((w - ONES * 0x20u) | w) & HIGHS) | bytes_eq(w, '"') | bytes_eq(w, '\\');
+    return (((w ^ ONES * '"') - ONES) | ((w ^ ONES * '\\') - ONES) | (w - ONES * 0x20u)) & HIGHS;
 }
 
 /* Stops for decoding: '\\' (when json) and >= 0x80. */
@@ -397,8 +398,10 @@ static size_t dec_unit(const uint8_t *d, size_t *pos, size_t end, uint8_t u[4],
 /* ---- parser ------------------------------------------------------------ */
 
 /* p is just past the opening quote. On success *pos is past the closing
- * quote; on failure it is the error offset. */
-HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsigned *fl)
+ * quote; on failure it is the error offset. An escape sets esc_flag in
+ * *fl: HA_JSON_FLAG_KEY_ESCAPE for a key, nothing for a value. */
+HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsigned *fl,
+                               unsigned esc_flag)
 {
     size_t p = *pos;
     for (;;) {
@@ -414,7 +417,7 @@ HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsign
         if (c == '\\') {
             int32_t cp;
             size_t err = len;
-            *fl |= FLAG_ESCAPE_SEEN;
+            *fl |= esc_flag;
             if (p + 1 >= len)
                 break;
             if (d[p + 1] != 'u') {
@@ -443,13 +446,17 @@ HOT ha_json_status scan_string(const uint8_t *d, size_t len, size_t *pos, unsign
             *pos = p;
             return HA_JSON_ERR_SYNTAX;
         } else {
-            size_t bad, k = utf8_seq(d + p, len - p, &bad);
-            if (k) {
-                p += k;
-            } else {
-                *fl |= HA_JSON_FLAG_BAD_UTF8; /* not a syntax error: json.h */
-                p += bad;
-            }
+            /* a run of multibyte characters (CJK text, say) is checked here
+               character by character: a word scan would stop at each */
+            do {
+                size_t bad, k = utf8_seq(d + p, len - p, &bad);
+                if (k) {
+                    p += k;
+                } else {
+                    *fl |= HA_JSON_FLAG_BAD_UTF8; /* not a syntax error: json.h */
+                    p += bad;
+                }
+            } while (p < len && d[p] >= 0x80u);
         }
     }
     *pos = len;
@@ -501,7 +508,11 @@ HOT ha_json_status scan_literal(const uint8_t *d, size_t len, size_t *pos,
                                 const char *lit, size_t n)
 {
     size_t p = *pos, i;
-    for (i = 0; i < n; i++) {
+    if (len - p >= n && memcmp(d + p, lit, n) == 0) { /* n is constant: no call */
+        *pos = p + n;
+        return HA_JSON_OK;
+    }
+    for (i = 0; i < n; i++) { /* where it goes wrong */
         if (p + i >= len || d[p + i] != (uint8_t)lit[i]) {
             *pos = p + i;
             return HA_JSON_ERR_SYNTAX;
@@ -511,18 +522,14 @@ HOT ha_json_status scan_literal(const uint8_t *d, size_t len, size_t *pos,
     return HA_JSON_OK;
 }
 
-static inline ha_json_kind kind_of(uint8_t c)
-{
-    switch (c) {
-    case '{': return HA_JSON_OBJECT;
-    case '[': return HA_JSON_ARRAY;
-    case '"': return HA_JSON_STRING;
-    case 't': return HA_JSON_TRUE;
-    case 'f': return HA_JSON_FALSE;
-    case 'n': return HA_JSON_NULL;
-    default: return (c == '-' || is_digit(c)) ? HA_JSON_NUMBER : HA_JSON_ABSENT;
-    }
-}
+const uint8_t ha_json_kinds[256] = {
+    ['{'] = HA_JSON_OBJECT, ['['] = HA_JSON_ARRAY, ['"'] = HA_JSON_STRING,
+    ['t'] = HA_JSON_TRUE, ['f'] = HA_JSON_FALSE, ['n'] = HA_JSON_NULL,
+    ['-'] = HA_JSON_NUMBER, ['0'] = HA_JSON_NUMBER, ['1'] = HA_JSON_NUMBER,
+    ['2'] = HA_JSON_NUMBER, ['3'] = HA_JSON_NUMBER, ['4'] = HA_JSON_NUMBER,
+    ['5'] = HA_JSON_NUMBER, ['6'] = HA_JSON_NUMBER, ['7'] = HA_JSON_NUMBER,
+    ['8'] = HA_JSON_NUMBER, ['9'] = HA_JSON_NUMBER,
+};
 
 ha_json_status ha_json_parse(const uint8_t *doc, size_t len, unsigned max_depth,
                              ha_json_val *root, size_t *err_offset,
@@ -538,27 +545,33 @@ typedef struct {
     size_t cap, n;
 } tape_w;
 
+/* How the parser keeps a tape: none, one that holds an entry per byte of
+ * the document (every entry starts at a byte of its own, so it cannot
+ * overflow: no check per entry), or one that may overflow. The parser is
+ * instantiated once per mode. */
+typedef enum { TAPE_NONE, TAPE_ROOMY, TAPE_CHECKED } tape_mode;
+
 /* Open an entry for the value or key starting at pos; its index. */
-static inline size_t tape_open(tape_w *t, size_t pos)
+static inline size_t tape_open(tape_w *t, size_t pos, tape_mode mode)
 {
     size_t i = t->n++;
-    if (i < t->cap)
+    if (mode == TAPE_ROOMY || i < t->cap)
         t->e[i].start = (uint32_t)pos;
     return i;
 }
 
 /* Close entry i: the value ends before end, its subtree before entry next. */
-static inline void tape_close(tape_w *t, size_t i, size_t end, size_t next)
+static inline void tape_close(tape_w *t, size_t i, size_t end, size_t next, tape_mode mode)
 {
-    if (i < t->cap) {
+    if (mode == TAPE_ROOMY || i < t->cap) {
         t->e[i].end = (uint32_t)end;
         t->e[i].next = (uint32_t)next;
     }
 }
 
-ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
-                                  ha_json_val *root, size_t *err_offset,
-                                  unsigned *flags, ha_json_tape *tape)
+HOT ha_json_status parse(const uint8_t *doc, size_t len, unsigned max_depth, ha_json_val *root,
+                         size_t *err_offset, unsigned *flags, ha_json_tape *tape,
+                         tape_mode mode)
 {
     /* Bit i set: the container at depth i + 1 is an object. Only bits
      * below depth are ever read, and each is written on its push. */
@@ -571,7 +584,7 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
     int in_obj = 0;
     unsigned fl = 0;
     size_t p, start;
-    unsigned esc;
+    uint8_t c;
     ha_json_status st = HA_JSON_ERR_SYNTAX;
 
     if (max_depth == 0)
@@ -583,13 +596,8 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
         root->kind = HA_JSON_ABSENT;
         root->tape = HA_JSON_NO_TAPE;
     }
-    if (tape) {
-        tape->n = 0;
-        if (len > UINT32_MAX) /* offsets are 32-bit: such a document scans */
-            tape = NULL;
-    }
-    tw.e = tape ? tape->entries : NULL;
-    tw.cap = tape ? tape->cap : 0;
+    tw.e = mode != TAPE_NONE ? tape->entries : NULL;
+    tw.cap = mode != TAPE_NONE ? tape->cap : 0;
     tw.n = 0;
 
     p = skip_ws(doc, 0, len);
@@ -602,22 +610,19 @@ ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_d
 value: /* p: the first byte of a value, whitespace skipped */
     if (p >= len)
         goto fail;
-    if (tape && doc[p] != '{' && doc[p] != '[')
-        ti = tape_open(&tw, p);
-    switch (doc[p]) {
-    case '{':
-    case '[':
+    c = doc[p];
+    if ((c | 0x20u) == '{') { /* '{' or '[' */
         if (depth >= max_depth) {
             st = HA_JSON_ERR_DEPTH;
             goto fail;
         }
-        in_obj = doc[p] == '{';
+        in_obj = c == '{';
         if (in_obj)
             kinds[depth / KIND_WORD_BITS] |= 1ull << (depth % KIND_WORD_BITS);
         else
             kinds[depth / KIND_WORD_BITS] &= ~(1ull << (depth % KIND_WORD_BITS));
-        if (tape)
-            entry[depth] = tape_open(&tw, p);
+        if (mode != TAPE_NONE)
+            entry[depth] = tape_open(&tw, p, mode);
         depth++;
         p = skip_ws(doc, p + 1, len);
         if (p < len && doc[p] == (in_obj ? '}' : ']')) {
@@ -627,9 +632,13 @@ value: /* p: the first byte of a value, whitespace skipped */
         if (in_obj)
             goto key;
         goto value;
+    }
+    if (mode != TAPE_NONE)
+        ti = tape_open(&tw, p, mode);
+    switch (c) {
     case '"':
         p++;
-        st = scan_string(doc, len, &p, &fl);
+        st = scan_string(doc, len, &p, &fl, 0);
         break;
     case 't':
         st = scan_literal(doc, len, &p, "true", 4);
@@ -641,22 +650,26 @@ value: /* p: the first byte of a value, whitespace skipped */
         st = scan_literal(doc, len, &p, "null", 4);
         break;
     default:
-        if (doc[p] != '-' && !is_digit(doc[p]))
+        if (c != '-' && !is_digit(c))
             goto fail;
         st = scan_number(doc, len, &p);
         break;
     }
     if (st != HA_JSON_OK)
         goto fail;
-    if (tape)
-        tape_close(&tw, ti, p, ti + 1);
+    if (mode != TAPE_NONE)
+        tape_close(&tw, ti, p, ti + 1, mode);
 
 after: /* a value ended at p */
     if (depth == 0)
         goto done;
-    p = skip_ws(doc, p, len);
-    if (p >= len)
-        goto fail;
+    /* compact JSON has its separator right there: test it before any
+       whitespace */
+    if (p >= len || doc[p] != ',') {
+        p = skip_ws(doc, p, len);
+        if (p >= len)
+            goto fail;
+    }
     if (doc[p] == ',') {
         p = skip_ws(doc, p + 1, len);
         if (in_obj)
@@ -669,8 +682,8 @@ after: /* a value ended at p */
 
 close: /* a container closed just before p */
     depth--;
-    if (tape)
-        tape_close(&tw, entry[depth], p, tw.n);
+    if (mode != TAPE_NONE)
+        tape_close(&tw, entry[depth], p, tw.n, mode);
     if (depth > 0)
         in_obj = (int)((kinds[(depth - 1) / KIND_WORD_BITS] >>
                         ((depth - 1) % KIND_WORD_BITS)) & 1u);
@@ -679,22 +692,19 @@ close: /* a container closed just before p */
 key: /* p: where a member's key must start, whitespace skipped */
     if (p >= len || doc[p] != '"')
         goto fail;
-    if (tape)
-        ti = tape_open(&tw, p);
+    if (mode != TAPE_NONE)
+        ti = tape_open(&tw, p, mode);
     p++;
-    esc = fl & FLAG_ESCAPE_SEEN;
-    fl &= ~FLAG_ESCAPE_SEEN;
-    st = scan_string(doc, len, &p, &fl);
+    st = scan_string(doc, len, &p, &fl, HA_JSON_FLAG_KEY_ESCAPE);
     if (st != HA_JSON_OK)
         goto fail;
-    if (tape)
-        tape_close(&tw, ti, p, ti + 1);
-    if (fl & FLAG_ESCAPE_SEEN) /* this key's own escape */
-        fl |= HA_JSON_FLAG_KEY_ESCAPE;
-    fl |= esc;
-    p = skip_ws(doc, p, len);
-    if (p >= len || doc[p] != ':')
-        goto fail;
+    if (mode != TAPE_NONE)
+        tape_close(&tw, ti, p, ti + 1, mode);
+    if (p >= len || doc[p] != ':') { /* as after a value */
+        p = skip_ws(doc, p, len);
+        if (p >= len || doc[p] != ':')
+            goto fail;
+    }
     p = skip_ws(doc, p + 1, len);
     goto value;
 
@@ -708,12 +718,12 @@ done: {
         if (root) {
             root->start = start;
             root->end = end;
-            root->kind = kind_of(doc[start]);
-            root->tape = tape && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
+            root->kind = ha_json_kind_of(doc[start]);
+            root->tape = mode != TAPE_NONE && tw.n <= tw.cap ? 0 : HA_JSON_NO_TAPE;
         }
         if (flags)
-            *flags = fl & ~FLAG_ESCAPE_SEEN;
-        if (tape)
+            *flags = fl;
+        if (mode != TAPE_NONE)
             tape->n = tw.n;
         return HA_JSON_OK;
     }
@@ -724,10 +734,24 @@ fail:
     if (err_offset)
         *err_offset = p;
     if (flags)
-        *flags = fl & ~FLAG_ESCAPE_SEEN;
+        *flags = fl;
     /* Every syntax path jumps here with st still OK from its last success
      * or SYNTAX from a scanner: only EMPTY/DEPTH/TRAILING are explicit. */
     return st == HA_JSON_OK ? HA_JSON_ERR_SYNTAX : st;
+}
+
+ha_json_status ha_json_parse_tape(const uint8_t *doc, size_t len, unsigned max_depth,
+                                  ha_json_val *root, size_t *err_offset,
+                                  unsigned *flags, ha_json_tape *tape)
+{
+    if (tape) {
+        tape->n = 0;
+        if (len <= tape->cap)
+            return parse(doc, len, max_depth, root, err_offset, flags, tape, TAPE_ROOMY);
+        if (len <= UINT32_MAX) /* offsets are 32-bit: a longer document scans */
+            return parse(doc, len, max_depth, root, err_offset, flags, tape, TAPE_CHECKED);
+    }
+    return parse(doc, len, max_depth, root, err_offset, flags, NULL, TAPE_NONE);
 }
 
 /* ---- spans ------------------------------------------------------------- */
@@ -752,7 +776,7 @@ static inline int skip_value(const uint8_t *d, size_t p, size_t end, ha_json_val
 {
     size_t q = p;
     uint8_t c = d[p];
-    ha_json_kind k = kind_of(c);
+    ha_json_kind k = ha_json_kind_of(c);
 
     if (k == HA_JSON_ABSENT)
         return 0;
@@ -806,23 +830,7 @@ void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val contain
 void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
                             const ha_json_tape *tape)
 {
-    it->doc = doc;
-    it->tape = NULL;
-    it->t = it->t_end = 0;
-    if ((container.kind == HA_JSON_ARRAY || container.kind == HA_JSON_OBJECT) &&
-        container.end > container.start && container.end - container.start >= 2) {
-        it->pos = container.start + 1;
-        it->end = container.end - 1; /* the closing bracket */
-        if (tape && tape->n <= tape->cap && container.tape < tape->n &&
-            tape->entries[container.tape].start == container.start &&
-            tape->entries[container.tape].end == container.end) {
-            it->tape = tape;
-            it->t = container.tape + 1;
-            it->t_end = tape->entries[container.tape].next;
-        }
-    } else {
-        it->pos = it->end = 0;
-    }
+    ha_json_iter_start(it, doc, container, tape);
 }
 
 /* Past whitespace and the comma that separates members. */
@@ -839,7 +847,7 @@ static const ha_json_val absent_val = {0, 0, HA_JSON_ABSENT, HA_JSON_NO_TAPE};
 static inline ha_json_val tape_val(const ha_json_iter *it, size_t t)
 {
     const ha_json_tape_entry *e = &it->tape->entries[t];
-    ha_json_val v = {e->start, e->end, kind_of(it->doc[e->start]), (uint32_t)t};
+    ha_json_val v = {e->start, e->end, ha_json_kind_of(it->doc[e->start]), (uint32_t)t};
     return v;
 }
 
@@ -849,12 +857,9 @@ int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
     ha_json_val k, v;
 
     if (it->tape) { /* the parser saw every span: no bytes to look at */
-        if (it->t + 1 >= it->t_end)
-            goto stop;
-        *key = tape_val(it, it->t);
-        *value = tape_val(it, it->t + 1);
-        it->t = it->tape->entries[it->t + 1].next;
-        return 1;
+        if (ha_json_obj_next_fast(it, key, value))
+            return 1;
+        goto stop;
     }
     p = iter_sep(it);
     if (p >= it->end || it->doc[p] != '"' || !skip_value(it->doc, p, it->end, &k))
@@ -974,13 +979,34 @@ size_t ha_json_str_max(ha_json_val s)
     return U8_REPLACEMENT_LEN * (end - p);
 }
 
-/* The shared decoder: JSON string bodies (json) or raw bytes. */
-static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
+/* Position of the first '\\' at or after p, or end. */
+static inline size_t skip_to_backslash(const uint8_t *d, size_t p, size_t end)
+{
+    while (end - p >= SWAR_BYTES) {
+        uint64_t m = bytes_eq(load64(d + p), '\\');
+        if (m) {
+#ifdef HA_SWAR_LE
+            return p + FIRST_STOP(m);
+#else
+            break;
+#endif
+        }
+        p += SWAR_BYTES;
+    }
+    while (p < end && d[p] != '\\')
+        p++;
+    return p;
+}
+
+/* The shared decoder: JSON string bodies (json) or raw bytes. valid: the
+ * bytes are known to be well-formed UTF-8, so only escapes stop the copy. */
+static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json, int valid,
                              uint8_t *out, size_t cap, size_t *out_len, unsigned *fl)
 {
     size_t o = 0;
     for (;;) {
-        size_t q = skip_clean(d, p, end, json), n = q - p, k;
+        size_t q = valid ? skip_to_backslash(d, p, end) : skip_clean(d, p, end, json);
+        size_t n = q - p, k;
         uint8_t u[4];
         if (cap - o < n)
             return HA_JSON_ERR_SPACE;
@@ -990,6 +1016,12 @@ static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
         if (q >= end)
             break;
         p = q;
+        /* the usual escape (\" \\ \n ...) here, the rest in dec_unit */
+        if (d[p] == '\\' && end - p >= 2 && o < cap && simple_escape(d[p + 1], out + o)) {
+            p += 2;
+            o++;
+            continue;
+        }
         k = dec_unit(d, &p, end, u, fl);
         if (cap - o < k)
             return HA_JSON_ERR_SPACE;
@@ -1000,8 +1032,8 @@ static ha_json_status decode(const uint8_t *d, size_t p, size_t end, int json,
     return HA_JSON_OK;
 }
 
-ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *out,
-                                  size_t cap, size_t *out_len, unsigned *flags)
+static ha_json_status str_decode(const uint8_t *doc, ha_json_val s, int valid, uint8_t *out,
+                                 size_t cap, size_t *out_len, unsigned *flags)
 {
     size_t p, end;
     unsigned fl = 0;
@@ -1010,7 +1042,7 @@ ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *ou
     *out_len = 0;
     if (!str_body(s, &p, &end))
         return HA_JSON_ERR_TYPE;
-    st = decode(doc, p, end, 1, out, cap, out_len, &fl);
+    st = decode(doc, p, end, 1, valid, out, cap, out_len, &fl);
     if (flags)
         *flags |= fl;
     if (st != HA_JSON_OK)
@@ -1018,15 +1050,39 @@ ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *ou
     return st;
 }
 
+ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s, uint8_t *out,
+                                  size_t cap, size_t *out_len, unsigned *flags)
+{
+    return str_decode(doc, s, 0, out, cap, out_len, flags);
+}
+
+ha_json_status ha_json_str_decode_valid(const uint8_t *doc, ha_json_val s, uint8_t *out,
+                                        size_t cap, size_t *out_len, unsigned *flags)
+{
+    return str_decode(doc, s, 1, out, cap, out_len, flags);
+}
+
 size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out, unsigned *flags)
 {
     size_t o = 0;
     unsigned fl = 0;
     /* Capacity 3n always suffices (json.h), so this cannot fail. */
-    (void)decode(bytes, 0, n, 0, out, U8_REPLACEMENT_LEN * n, &o, &fl);
+    (void)decode(bytes, 0, n, 0, 0, out, U8_REPLACEMENT_LEN * n, &o, &fl);
     if (flags)
         *flags |= fl;
     return o;
+}
+
+size_t ha_utf8_count(const uint8_t *p, size_t n)
+{
+    size_t chars = n, i = 0;
+    for (; n - i >= SWAR_BYTES; i += SWAR_BYTES) {
+        uint64_t w = load64(p + i), cont = w & ~(w << 1) & HIGHS;
+        chars -= (size_t)(((cont >> 7) * ONES) >> 56); /* the sum of its bytes */
+    }
+    for (; i < n; i++)
+        chars -= (p[i] & 0xC0u) == 0x80u;
+    return chars;
 }
 
 /* ---- numbers ----------------------------------------------------------- */
@@ -1190,5 +1246,122 @@ ha_json_status ha_json_get_bool(ha_json_val v, int *out)
         *out = 0;
     else
         return HA_JSON_ERR_TYPE;
+    return HA_JSON_OK;
+}
+
+/* ---- a whole document in one call -------------------------------------- */
+
+/* A scalar of an accepted document at doc[p] into w (NULL: only counted);
+ * returns the byte after it, or 0 with *st set. */
+static size_t flat_scalar(const uint8_t *doc, size_t p, size_t end, int valid, int64_t *w,
+                          uint8_t *text, size_t text_cap, size_t *t_len, size_t *t_chars,
+                          ha_json_status *st)
+{
+    ha_json_val v;
+    if (!skip_value(doc, p, end, &v)) { /* cannot happen once accepted */
+        *st = HA_JSON_ERR_SYNTAX;
+        return 0;
+    }
+    if (!w)
+        return v.end;
+    w[0] = v.kind;
+    if (v.kind == HA_JSON_STRING) {
+        size_t n = 0;
+        if (ha_json_str_max(v) > text_cap - *t_len ||
+            str_decode(doc, v, valid, text + *t_len, text_cap - *t_len, &n, NULL) != HA_JSON_OK) {
+            *st = HA_JSON_ERR_SPACE;
+            return 0;
+        }
+        w[1] = (int64_t)*t_chars;
+        *t_chars += ha_utf8_count(text + *t_len, n);
+        *t_len += n;
+        w[2] = (int64_t)*t_chars;
+    } else if (v.kind == HA_JSON_NUMBER) {
+        double d;
+        ha_json_status s = ha_json_get_i64(doc, v, &w[1]);
+        if (s == HA_JSON_OK) {
+            w[3] = HA_JSON_FLAT_INT;
+        } else if (s == HA_JSON_ERR_RANGE) { /* integer grammar, beyond int64 */
+            w[1] = (int64_t)v.start;
+            w[2] = (int64_t)v.end;
+            w[3] = HA_JSON_FLAT_BIG;
+        } else if ((s = ha_json_get_f64(doc, v, &d)) == HA_JSON_OK) {
+            memcpy(&w[1], &d, sizeof d);
+            w[3] = HA_JSON_FLAT_F64;
+        } else {
+            *st = s;
+            return 0;
+        }
+    }
+    return v.end;
+}
+
+ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_depth,
+                               int64_t *words, size_t n_words, size_t *n_values,
+                               uint8_t *text, size_t text_cap, size_t *text_len,
+                               size_t *err_offset, unsigned *flags)
+{
+    /* each open container: its count so far, times 2, plus 1 for an object */
+    size_t open[HA_JSON_DEPTH_LIMIT];
+    size_t depth = 0, n = 0, cap = words ? n_words / HA_JSON_FLAT_WORDS : 0;
+    size_t t_len = 0, t_chars = 0, p;
+    int key_next = 0; /* in an object, after '{' or ',': a key comes */
+    ha_json_val root;
+    unsigned fl = 0;
+    ha_json_status st = ha_json_parse(doc, len, max_depth, &root, err_offset, &fl);
+
+    if (flags)
+        *flags = fl;
+    *n_values = 0;
+    *text_len = 0;
+    if (st != HA_JSON_OK)
+        return st;
+    /* The document is accepted: a walk of its bytes meets values, keys,
+     * brackets and separators only, and brackets match. */
+    for (p = root.start; p < root.end;) {
+        uint8_t c = doc[p];
+        size_t next;
+        if (c == ',' || c == ':' || is_ws(c)) {
+            if (c == ',')
+                key_next = (int)(open[depth - 1] & 1u);
+            p++;
+            continue;
+        }
+        if (c == '}' || c == ']') { /* written when closed: after its contents */
+            depth--;
+            if (n < cap) {
+                words[n * HA_JSON_FLAT_WORDS] = c == '}' ? HA_JSON_OBJECT : HA_JSON_ARRAY;
+                words[n * HA_JSON_FLAT_WORDS + 1] = (int64_t)(open[depth] / 2);
+            }
+            n++;
+            key_next = 0;
+            p++;
+            continue;
+        }
+        if (!key_next && depth > 0)
+            open[depth - 1] += 2;
+        if (c == '{' || c == '[') {
+            open[depth++] = c == '{';
+            key_next = c == '{';
+            p++;
+            continue;
+        }
+        key_next = 0;
+        st = HA_JSON_OK;
+        next = flat_scalar(doc, p, root.end, !(fl & HA_JSON_FLAG_BAD_UTF8),
+                           n < cap ? words + n * HA_JSON_FLAT_WORDS : NULL, text, text_cap,
+                           &t_len, &t_chars, &st);
+        if (next == 0) {
+            if (err_offset)
+                *err_offset = p;
+            return st;
+        }
+        n++;
+        p = next;
+    }
+    *n_values = n;
+    if (n > cap)
+        return HA_JSON_ERR_SPACE;
+    *text_len = t_len;
     return HA_JSON_OK;
 }

@@ -124,8 +124,61 @@ void ha_json_iter_init(ha_json_iter *it, const uint8_t *doc, ha_json_val contain
 /* The same with the tape ha_json_parse_tape filled for this document. */
 void ha_json_iter_init_tape(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
                             const ha_json_tape *tape);
+/* ha_json_iter_init_tape() inline, for the extractors' hot paths. */
+static inline void ha_json_iter_start(ha_json_iter *it, const uint8_t *doc, ha_json_val container,
+                                      const ha_json_tape *tape)
+{
+    it->doc = doc;
+    it->tape = NULL;
+    it->t = it->t_end = 0;
+    if ((container.kind == HA_JSON_ARRAY || container.kind == HA_JSON_OBJECT) &&
+        container.end > container.start && container.end - container.start >= 2) {
+        it->pos = container.start + 1;
+        it->end = container.end - 1; /* the closing bracket */
+        if (tape && tape->n <= tape->cap && container.tape < tape->n &&
+            tape->entries[container.tape].start == container.start &&
+            tape->entries[container.tape].end == container.end) {
+            it->tape = tape;
+            it->t = container.tape + 1;
+            it->t_end = tape->entries[container.tape].next;
+        }
+    } else {
+        it->pos = it->end = 0;
+    }
+}
+
 /* Next member: 1 with *key (a string span) and *value, or 0 at the end. */
 int ha_json_obj_next(ha_json_iter *it, ha_json_val *key, ha_json_val *value);
+
+/* The kind of the value that starts with each byte; ABSENT when none can. */
+extern const uint8_t ha_json_kinds[256];
+
+static inline ha_json_kind ha_json_kind_of(uint8_t c)
+{
+    return (ha_json_kind)ha_json_kinds[c];
+}
+
+/* ha_json_obj_next() inline for an iterator on a tape, which is only loads:
+ * a member lookup loop pays no call per member. 0 when there is no tape or
+ * no member left (ha_json_obj_next() then tells which). */
+static inline int ha_json_obj_next_fast(ha_json_iter *it, ha_json_val *key, ha_json_val *value)
+{
+    const ha_json_tape_entry *e;
+    size_t t = it->t;
+    if (!it->tape || t + 1 >= it->t_end)
+        return 0;
+    e = it->tape->entries;
+    key->start = e[t].start;
+    key->end = e[t].end;
+    key->kind = HA_JSON_STRING;
+    key->tape = (uint32_t)t;
+    value->start = e[t + 1].start;
+    value->end = e[t + 1].end;
+    value->kind = ha_json_kind_of(it->doc[e[t + 1].start]);
+    value->tape = (uint32_t)(t + 1);
+    it->t = e[t + 1].next;
+    return 1;
+}
 /* Next element: 1 with *value, or 0 at the end. */
 int ha_json_arr_next(ha_json_iter *it, ha_json_val *value);
 
@@ -147,6 +200,12 @@ size_t ha_json_str_max(ha_json_val s);
 ha_json_status ha_json_str_decode(const uint8_t *doc, ha_json_val s,
                                   uint8_t *out, size_t cap, size_t *out_len,
                                   unsigned *flags);
+/* ha_json_str_decode() for a string of a document whose flags had no
+ * HA_JSON_FLAG_BAD_UTF8: its bytes are copied as they are up to each
+ * escape, not checked again. */
+ha_json_status ha_json_str_decode_valid(const uint8_t *doc, ha_json_val s,
+                                        uint8_t *out, size_t cap, size_t *out_len,
+                                        unsigned *flags);
 /* Integer grammar only: a fraction or exponent is HA_JSON_ERR_TYPE. */
 ha_json_status ha_json_get_i64(const uint8_t *doc, ha_json_val v, int64_t *out);
 /* Correctly rounded whatever the number's length, independent of the C
@@ -159,5 +218,42 @@ ha_json_status ha_json_get_bool(ha_json_val v, int *out);
  * sets HA_JSON_FLAG_BAD_UTF8 in *flags if anything was replaced. */
 size_t ha_utf8_sanitize(const uint8_t *bytes, size_t n, uint8_t *out,
                         unsigned *flags);
+
+/* Code points in n bytes of valid UTF-8: the bytes that are no
+ * continuation byte (10xxxxxx). */
+size_t ha_utf8_count(const uint8_t *p, size_t n);
+
+/* ---- a whole document in one call ---- */
+
+/* ha_json_flatten() writes each value as HA_JSON_FLAT_WORDS int64 words,
+ * in postorder (a container after what it holds, so that a caller can
+ * build it from a stack of the values before it): its kind
+ * (ha_json_kind), then
+ *   OBJECT, ARRAY  the number of members or elements, just before it (a
+ *                  member as its key, a STRING, then its value)
+ *   STRING         its decoded text: [start, end) in code points of text
+ *   NUMBER         the value and its form in the last word:
+ *                  HA_JSON_FLAT_INT an int64, HA_JSON_FLAT_F64 the bits of
+ *                  a double, HA_JSON_FLAT_BIG an integer outside int64 as
+ *                  its span [start, end) of doc
+ * and nothing for null, false and true. */
+#define HA_JSON_FLAT_WORDS 4
+#define HA_JSON_FLAT_INT 0
+#define HA_JSON_FLAT_F64 1
+#define HA_JSON_FLAT_BIG 2
+
+/* Parse doc[0 .. len) and write all its values, keys included, for a
+ * caller that builds its own objects in one pass over them rather than one
+ * call per value. The status, *err_offset and *flags are ha_json_parse()'s;
+ * on an accepted document, a float that overflows a double is then
+ * HA_JSON_ERR_RANGE with *err_offset at its first byte. *n_values gets the
+ * number of values (keys included) whatever words can hold: when it is
+ * more than n_words / HA_JSON_FLAT_WORDS (words may be NULL), the status is
+ * HA_JSON_ERR_SPACE and nothing is usable. text takes every string decoded
+ * (3 * len bytes always suffice); *text_len gets its length in bytes. */
+ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_depth,
+                               int64_t *words, size_t n_words, size_t *n_values,
+                               uint8_t *text, size_t text_cap, size_t *text_len,
+                               size_t *err_offset, unsigned *flags);
 
 #endif

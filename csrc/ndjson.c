@@ -1,7 +1,8 @@
 /* Newline-delimited JSON framer, see ndjson.h for the contract.
  *
- * The line in progress goes straight into the caller's buffer; bytes past
- * it are only counted. Whether a line is too large, blank or ends in CR is
+ * A line that starts and ends within one read is reported where it lies,
+ * never copied. Otherwise the line in progress goes straight into the
+ * caller's buffer; bytes past it are only counted. Whether a line is too large, blank or ends in CR is
  * decided at its LF from what was counted, so every outcome is the same
  * however the reads were split.
  */
@@ -62,6 +63,21 @@ ha_ndjson_status ha_ndjson_next(ha_ndjson *n, const uint8_t *in, size_t len,
     while (p < len) {
         const uint8_t *lf = memchr(in + p, '\n', len - p);
         size_t run = lf ? (size_t)(lf - (in + p)) : len - p;
+        if (lf && n->size == 0 && run <= n->cap) {
+            /* the whole line is in the read: framed where it lies, as
+               end_line() would have it from the buffer */
+            const uint8_t *s = in + p;
+            size_t i = 0;
+            p += run + 1;
+            while (i < run && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r'))
+                i++;
+            if (i == run)
+                continue; /* blank */
+            line->data = s;
+            line->data_len = line->size = run - (s[run - 1] == '\r');
+            *pos = p;
+            return HA_NDJSON_LINE;
+        }
         append(n, in + p, run);
         p += run;
         if (!lf)
@@ -75,6 +91,13 @@ ha_ndjson_status ha_ndjson_next(ha_ndjson *n, const uint8_t *in, size_t len,
     }
     *pos = p;
     return HA_NDJSON_NEED_INPUT;
+}
+
+const uint8_t *ha_ndjson_hold(ha_ndjson *n, const uint8_t *data, size_t len)
+{
+    if (data != n->buf)
+        memmove(n->buf, data, len);
+    return n->buf;
 }
 
 ha_ndjson_status ha_ndjson_finish(ha_ndjson *n, ha_ndjson_line *line, unsigned *flags)

@@ -2,8 +2,8 @@
  *
  * One JSON value per line (Ollama's /api/chat stream), framed into a fixed
  * buffer supplied by the caller: no allocation, no globals, linear time
- * whatever the read sizes, each byte looked at once (memchr for the LF,
- * one memcpy of the run before it).
+ * whatever the read sizes, each byte looked at once (memchr for the LF;
+ * a line split across reads is copied, one memcpy per run).
  *
  * The rules, decided here and listed in docs/truth-table-ollama.md:
  *  - LF ends a line. A CR just before it is dropped (CRLF is LF, even when
@@ -39,8 +39,9 @@ typedef enum {
 /* Flags of ha_ndjson_finish(): the value of ha_sse's PARTIAL_LINE flag. */
 #define HA_NDJSON_TAIL_PARTIAL_LINE 2u  /* the last line had no LF */
 
-/* What ha_ndjson_next() reports; data points into the caller's buffer and
- * stays valid until the next call on the same framer. */
+/* What ha_ndjson_next() reports; data points into the input of the call
+ * (a line that was whole in it) or into the caller's buffer, and stays
+ * valid until the next call on the same framer, as long as that input. */
 typedef struct {
     const uint8_t *data; size_t data_len; /* LINE: the line, without LF or
                                              the CR before it */
@@ -65,6 +66,11 @@ void ha_ndjson_init(ha_ndjson *n, uint8_t *buf, size_t cap);
  * consumed; call again with the same input until HA_NDJSON_NEED_INPUT. */
 ha_ndjson_status ha_ndjson_next(ha_ndjson *n, const uint8_t *in, size_t len,
                                 size_t *pos, ha_ndjson_line *line);
+
+/* Move a line that ha_ndjson_next() just reported into the caller's
+ * buffer (free until the next call), so that it outlives the input: for a
+ * line kept to be handled later. Returns where it now is. */
+const uint8_t *ha_ndjson_hold(ha_ndjson *n, const uint8_t *data, size_t len);
 
 /* End of stream: the last line if it had no LF (LINE, or ERR_LINE_TOO_LARGE
  * when it is over the buffer), else NEED_INPUT; *flags gets the

@@ -60,19 +60,41 @@ int64_t *ev_rec(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub)
 
 /* ---- spans ---- */
 
-static size_t count_chars(const uint8_t *p, size_t n)
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+static inline uint64_t load64(const uint8_t *p)
 {
-    size_t chars = 0;
-    for (size_t i = 0; i < n; i++)
-        chars += (p[i] & 0xC0) != 0x80;
-    return chars;
+    uint64_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+}
+
+/* A string body of a document without invalid UTF-8 (the parser checked)
+ * decodes to its own bytes unless it holds an escape: copy it a word at a
+ * time; 0 at the first backslash. */
+static int copy_plain(uint8_t *out, const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; n - i >= sizeof(uint64_t); i += sizeof(uint64_t)) {
+        uint64_t w = load64(p + i), x = w ^ (ONES * '\\');
+        if ((x - ONES) & ~x & HIGHS) /* a zero byte: a backslash */
+            return 0;
+        memcpy(out + i, &w, sizeof w);
+    }
+    for (; i < n; i++) {
+        if (p[i] == '\\')
+            return 0;
+        out[i] = p[i];
+    }
+    return 1;
 }
 
 /* Commit n bytes just written at the end of the text area; span gets their
  * code-point offsets. */
 static void text_commit(ha_stream *st, size_t n, int64_t *span)
 {
-    size_t chars = count_chars(st->text + st->out.text_len, n);
+    size_t chars = ha_utf8_count(st->text + st->out.text_len, n);
     span[0] = (int64_t)st->out.text_chars;
     st->out.text_len += n;
     st->out.text_chars += chars;
@@ -86,8 +108,17 @@ int ev_text(ev_ctx *c, ha_json_val v, int64_t *span)
     unsigned flags = 0;
     if (c->full || !span)
         return 0;
-    if (ha_json_str_max(v) > room ||
-        ha_json_str_decode(c->doc, v, st->text + st->out.text_len, room, &n, &flags) != HA_JSON_OK) {
+    if (ha_json_str_max(v) > room) {
+        c->full = 1;
+        return 0;
+    }
+    if (c->utf8_ok && v.kind == HA_JSON_STRING &&
+        copy_plain(st->text + st->out.text_len, c->doc + v.start + 1, v.end - v.start - 2)) {
+        text_commit(st, v.end - v.start - 2, span);
+        return 1;
+    }
+    if ((c->utf8_ok ? ha_json_str_decode_valid : ha_json_str_decode)(
+            c->doc, v, st->text + st->out.text_len, room, &n, &flags) != HA_JSON_OK) {
         c->full = 1;
         return 0;
     }
@@ -315,7 +346,7 @@ void ev_meta_commit(ev_ctx *c)
 
 void ev_iter(const ev_ctx *c, ha_json_iter *it, ha_json_val container)
 {
-    ha_json_iter_init_tape(it, c->doc, container, c->tape);
+    ha_json_iter_start(it, c->doc, container, c->tape);
 }
 
 void ev_error(ev_ctx *c, ha_json_val err)
@@ -390,19 +421,42 @@ void ev_piece(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub, ha_json_v
         ev_delta(c, kind, index, sub, v, item_id, path);
 }
 
+/* Member k: v to the table entry of its name (ev_key_is, the key's bytes
+ * read once for the whole table). */
+static inline void member_match(const ev_ctx *c, const ev_member *table, size_t n,
+                                int escapes, ha_json_val k, ha_json_val v)
+{
+    const uint8_t *raw = c->doc + k.start + 1;
+    size_t len = k.end - k.start - 2;
+    for (size_t i = 0; i < n; i++) {
+        size_t want = table[i].len;
+        if (want == len ? len == 0 || (raw[0] == (uint8_t)table[i].name[0] &&
+                                       memcmp(raw, table[i].name, len) == 0)
+                        : len > want && escapes && ev_key_is(c, k, table[i].name, want)) {
+            *table[i].value = v; /* keep going: the last duplicate wins */
+            return;
+        }
+    }
+}
+
 void ev_members(const ev_ctx *c, ha_json_val obj, const ev_member *table, size_t n)
 {
     ha_json_iter it;
     ha_json_val k, v;
+    int escapes = c->key_escapes;
     for (size_t i = 0; i < n; i++)
         *table[i].value = ev_absent;
     if (obj.kind != HA_JSON_OBJECT)
         return;
     ev_iter(c, &it, obj);
+    if (it.tape) {
+        /* inline steps on locals no call sees: they stay in registers */
+        ha_json_iter on_tape = it;
+        ha_json_val tk, tv;
+        while (ha_json_obj_next_fast(&on_tape, &tk, &tv))
+            member_match(c, table, n, escapes, tk, tv);
+        return;
+    }
     while (ha_json_obj_next(&it, &k, &v))
-        for (size_t i = 0; i < n; i++)
-            if (ev_key_is(c, k, table[i].name, table[i].len)) {
-                *table[i].value = v; /* keep going: the last duplicate wins */
-                break;
-            }
+        member_match(c, table, n, escapes, k, v);
 }

@@ -26,6 +26,7 @@ typedef struct {
     size_t len;
     const ha_json_tape *tape; /* of the event's JSON, once parsed */
     int key_escapes;    /* some key of the event's JSON holds an escape */
+    int utf8_ok;        /* no string of the event's JSON holds invalid UTF-8 */
     int full;           /* something did not fit: roll back */
     int elided;         /* the framer elided long strings (sse.h) */
     long raw_base;      /* where the event data was copied to raw, or -1 */
@@ -123,8 +124,9 @@ static inline int ev_str_is(const ev_ctx *c, ha_json_val s, const char *lit, siz
                             int may_escape)
 {
     size_t raw = s.end - s.start - 2;
-    if (raw == n)
-        return memcmp(c->doc + s.start + 1, lit, n) == 0;
+    if (raw == n) /* the first byte tells most names of a length apart */
+        return n == 0 || (c->doc[s.start + 1] == (uint8_t)lit[0] &&
+                          memcmp(c->doc + s.start + 1, lit, n) == 0);
     return raw > n && may_escape && ha_json_key_eq(c->doc, s, (const uint8_t *)lit, n);
 }
 

@@ -22,6 +22,11 @@ FLAG_LONE_SURROGATE = lib.HA_JSON_FLAG_LONE_SURROGATE
 _NULL, _FALSE, _TRUE = lib.HA_JSON_NULL, lib.HA_JSON_FALSE, lib.HA_JSON_TRUE
 _NUMBER, _STRING = lib.HA_JSON_NUMBER, lib.HA_JSON_STRING
 _ARRAY, _OBJECT = lib.HA_JSON_ARRAY, lib.HA_JSON_OBJECT
+_FLAT, _FLAT_INT, _FLAT_F64 = lib.HA_JSON_FLAT_WORDS, lib.HA_JSON_FLAT_INT, lib.HA_JSON_FLAT_F64
+_LITERALS = {_NULL: None, _TRUE: True, _FALSE: False}
+_GUESS_VALUES = 256  # words for this many values cover most documents in one call
+# output space: C writes before Python reads
+_unzeroed = ffi.new_allocator(should_clear_after_alloc=False)
 
 
 class JSONError(ValueError):
@@ -43,102 +48,66 @@ def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     """Parse one document; also return its FLAG_* bits (replacements made)."""
     if not isinstance(data, bytes):
         data = bytes(data)
-    root = ffi.new("ha_json_val *")
-    offset = ffi.new("size_t *")
+    n = len(data)
+    # One C call writes every value (ha_json_flatten); a first guess at
+    # their number, the exact one when it was short.
+    values = min(n // 2 + 2, _GUESS_VALUES)
+    out = ffi.new("size_t[3]")  # values, text bytes, error offset
     flags = ffi.new("unsigned *")
-    status = lib.ha_json_parse(data, len(data), max_depth, root, offset, flags)
+    text = _unzeroed("uint8_t[]", 3 * n + 1)
+    while True:
+        words = _unzeroed("int64_t[]", values * _FLAT)
+        status = lib.ha_json_flatten(data, n, max_depth, words, values * _FLAT, out, text,
+                                     len(text), out + 1, out + 2, flags)
+        if status != lib.HA_JSON_ERR_SPACE:
+            break
+        values = out[0]
     if status != lib.HA_JSON_OK:
-        return _raise(status, offset[0])
-    builder = _Builder(data)
-    return builder.value(root[0]), flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE)
+        return _raise(status, out[2])
+    value = _build(ffi.unpack(words, out[0] * _FLAT), str(ffi.buffer(text, out[1]), "utf-8"),
+                   data, words)
+    return value, flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE)
+
+
+def _build(w: list, text: str, doc: bytes, words, _str=_STRING, _obj=_OBJECT, _arr=_ARRAY,
+           _num=_NUMBER, _int=_FLAT_INT, _f64=_FLAT_F64) -> Any:
+    """Python objects from ha_json_flatten's values (postorder), on a stack:
+    a container takes the values just before it. Nesting as deep as the
+    scanner allows costs no recursion."""
+    stack: list = []
+    push = stack.append
+    i = 0
+    for kind, a, b, form in zip(*[iter(w)] * _FLAT):
+        if kind == _str:
+            push(text[a:b])
+        elif kind == _obj:
+            if a:
+                pairs = iter(stack[-2 * a:])
+                del stack[-2 * a:]
+                push(dict(zip(pairs, pairs)))  # a duplicate key: the last wins
+            else:
+                push({})
+        elif kind == _arr:
+            if a:
+                items = stack[-a:]
+                del stack[-a:]
+                push(items)
+            else:
+                push([])
+        elif kind == _num:
+            if form == _int:
+                push(a)
+            elif form == _f64:
+                push(ffi.cast("double *", words + i + 1)[0])
+            else:
+                # an exact integer beyond int64; through Decimal, which has
+                # no limit on digits (int(str) stops at 4300)
+                push(int(Decimal(doc[a:b].decode("ascii"))))
+        else:
+            push(_LITERALS[kind])
+        i += _FLAT
+    return stack[0]
 
 
 def _raise(status: int, offset: int | None = None):
     raise JSONError(JSONStatus(status), offset)
-
-
-class _Builder:
-    """Python objects from an accepted document, walked with an explicit
-    stack: nesting as deep as the scanner allows costs no recursion."""
-
-    __slots__ = ("doc", "key", "val", "out", "out_len", "i64", "f64", "flags")
-
-    def __init__(self, doc: bytes) -> None:
-        self.doc = doc
-        self.key = ffi.new("ha_json_val *")
-        self.val = ffi.new("ha_json_val *")
-        self.out = ffi.new("uint8_t[]", 64)
-        self.out_len = ffi.new("size_t *")
-        self.i64 = ffi.new("int64_t *")
-        self.f64 = ffi.new("double *")
-        self.flags = ffi.new("unsigned *")
-
-    def value(self, v) -> Any:
-        if v.kind != _OBJECT and v.kind != _ARRAY:
-            return self.scalar(v)
-        root = {} if v.kind == _OBJECT else []
-        stack = [(root, self.iterator(v))]
-        key, val = self.key, self.val
-        while stack:
-            container, it = stack[-1]
-            if type(container) is dict:
-                if not lib.ha_json_obj_next(it, key, val):
-                    stack.pop()
-                    continue
-                name = self.string(key[0])
-            elif not lib.ha_json_arr_next(it, val):
-                stack.pop()
-                continue
-            kind = val.kind
-            if kind == _OBJECT or kind == _ARRAY:
-                child = {} if kind == _OBJECT else []
-                stack.append((child, self.iterator(val[0])))
-            else:
-                child = self.scalar(val[0])
-            if type(container) is dict:
-                container[name] = child  # a duplicate key: the last wins
-            else:
-                container.append(child)
-        return root
-
-    def iterator(self, v):
-        it = ffi.new("ha_json_iter *")
-        lib.ha_json_iter_init(it, self.doc, v)
-        return it
-
-    def scalar(self, v) -> Any:
-        kind = v.kind
-        if kind == _STRING:
-            return self.string(v)
-        if kind == _NUMBER:
-            return self.number(v)
-        if kind == _NULL:
-            return None
-        if kind == _TRUE:
-            return True
-        if kind == _FALSE:
-            return False
-        raise AssertionError(f"scanner gave an unknown kind {kind}")
-
-    def string(self, v) -> str:
-        need = lib.ha_json_str_max(v)
-        if len(self.out) < need:
-            self.out = ffi.new("uint8_t[]", need)
-        status = lib.ha_json_str_decode(self.doc, v, self.out, len(self.out),
-                                        self.out_len, self.flags)
-        if status != lib.HA_JSON_OK:
-            _raise(status, v.start)
-        return ffi.buffer(self.out, self.out_len[0])[:].decode("utf-8")
-
-    def number(self, v) -> int | float:
-        status = lib.ha_json_get_i64(self.doc, v, self.i64)
-        if status == lib.HA_JSON_OK:
-            return self.i64[0]
-        if status == lib.HA_JSON_ERR_RANGE:
-            # an exact integer beyond int64; through Decimal, which has no
-            # limit on digits (int(str) stops at 4300)
-            return int(Decimal(self.doc[v.start:v.end].decode("ascii")))
-        status = lib.ha_json_get_f64(self.doc, v, self.f64)
-        if status != lib.HA_JSON_OK:
-            _raise(status, v.start)
-        return self.f64[0]

@@ -542,6 +542,48 @@ static void check_tape(const uint8_t *doc, size_t size, ha_json_val root, unsign
 
 /* ---- entry ------------------------------------------------------------- */
 
+/* The whole document in one call: the parser's status and flags; counted
+ * alone, then written in an area of exactly that many values, a postorder
+ * whose container counts rebuild one root; all text inside its area. */
+static void check_flatten(const uint8_t *doc, size_t size, ha_json_status st, size_t off,
+                          unsigned fl)
+{
+    size_t n = 0, n2 = 0, tl = 0, off2 = 0, i, depth = 0;
+    unsigned fl2 = 0;
+    uint8_t *text = malloc(3 * size + 1);
+    ha_json_status got = ha_json_flatten(doc, size, 0, NULL, 0, &n, text, 3 * size + 1, &tl,
+                                         &off2, &fl2);
+    CHECK(text != NULL);
+    if (st != HA_JSON_OK) {
+        CHECK(got == st && off2 == off && n == 0);
+        free(text);
+        return;
+    }
+    CHECK(got == HA_JSON_ERR_SPACE && n > 0 && fl2 == fl);
+    int64_t *w = malloc(n * HA_JSON_FLAT_WORDS * sizeof *w);
+    CHECK(w != NULL);
+    got = ha_json_flatten(doc, size, 0, w, n * HA_JSON_FLAT_WORDS, &n2, text, 3 * size + 1, &tl,
+                          &off2, &fl2);
+    CHECK(got == HA_JSON_OK || got == HA_JSON_ERR_RANGE);
+    if (got == HA_JSON_OK) {
+        CHECK(n2 == n && tl <= 3 * size);
+        for (i = 0; i < n; i++) { /* depth: values on the builder's stack */
+            const int64_t *v = w + i * HA_JSON_FLAT_WORDS;
+            if (v[0] == HA_JSON_OBJECT || v[0] == HA_JSON_ARRAY) {
+                size_t take = (size_t)v[1] * (v[0] == HA_JSON_OBJECT ? 2u : 1u);
+                CHECK(take <= depth);
+                depth -= take;
+            } else if (v[0] == HA_JSON_STRING) {
+                CHECK(v[1] <= v[2] && (size_t)v[2] <= tl);
+            }
+            depth++;
+        }
+        CHECK(depth == 1);
+    }
+    free(w);
+    free(text);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t *doc = dup_exact(data, size);
@@ -574,6 +616,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(root.kind == HA_JSON_ABSENT && root.start == 0 && root.end == 0);
         check_rejected(doc, size, st, off);
     }
+    check_flatten(doc, size, st, off, fl);
     free(doc);
     check_sanitize(data, size);
     check_raw(data, size);

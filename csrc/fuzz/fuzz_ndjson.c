@@ -5,7 +5,8 @@
  * rest is the stream. Traps when:
  *  (a) the stream fed whole and fed in pieces give different outcomes
  *      (status, line, size, finish flags);
- *  (b) a line breaks its bounds (data_len > capacity, data outside buffer);
+ *  (b) a line breaks its bounds (data_len > capacity, data outside the
+ *      buffer and the read);
  *  (c) *pos moves back, passes len, or NEED_INPUT leaves input unconsumed;
  *  (d) the outcomes differ from a naive reference that splits the whole
  *      stream at every LF first (ndjson.h's rules read literally).
@@ -25,9 +26,14 @@ static void log_outcome(olog *l, int st, const uint8_t *data, size_t data_len, s
     log_add(l, data, data_len);
 }
 
-static void check_line(const ha_ndjson_line *line, const uint8_t *buf, size_t cap)
+/* A line lies at the start of the buffer, or (whole in one read) in that
+ * read: in[0 .. len). */
+static void check_line(const ha_ndjson_line *line, const uint8_t *buf, size_t cap,
+                       const uint8_t *in, size_t len)
 {
-    if (line->data_len > cap || line->data != buf)
+    int in_read = in && line->data >= in && line->data_len <= len &&
+                  (size_t)(line->data - in) <= len - line->data_len;
+    if (line->data_len > cap || (line->data != buf && !in_read))
         __builtin_trap();
 }
 
@@ -54,7 +60,7 @@ static void frame(olog *l, uint8_t *buf, size_t cap, const uint8_t *in, size_t l
                     __builtin_trap();
                 break;
             }
-            check_line(&line, buf, cap);
+            check_line(&line, buf, cap, in + at, piece);
             log_outcome(l, st, line.data, line.data_len, line.size);
         }
         at += piece;
@@ -64,7 +70,7 @@ static void frame(olog *l, uint8_t *buf, size_t cap, const uint8_t *in, size_t l
     if ((st == HA_NDJSON_NEED_INPUT) != (flags == 0))
         __builtin_trap();
     if (st != HA_NDJSON_NEED_INPUT) {
-        check_line(&line, buf, cap);
+        check_line(&line, buf, cap, NULL, 0);
         log_outcome(l, st, line.data, line.data_len, line.size);
     }
     log_outcome(l, (int)flags, NULL, 0, 0);

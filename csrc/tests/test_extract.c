@@ -382,6 +382,23 @@ static void test_ollama(check_counts *c)
     f->n = ha_stream_close(&f->st);
     CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 0 && span_is(f, 0, HA_WORD_S1, "d") && span_is(f, 1, HA_WORD_S1, "c"));
     free(f);
+
+    /* a line framed where it lay in the read, then kept pending by a full
+       area, outlives that read */
+    f = open_stream(HA_PROTO_OLLAMA, 2);
+    {
+        char read[] = "{\"message\":{\"content\":\"a\",\"thinking\":\"b\"}}\n"
+                      "{\"message\":{\"content\":\"c\",\"thinking\":\"d\"}}\n";
+        size_t used;
+        feed(f, read);
+        used = (size_t)f->recs[HA_HDR_CONSUMED];
+        CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 1 && used == strlen(read));
+        memset(read, 'x', sizeof read - 1); /* the caller reuses its read buffer */
+        f->n = ha_stream_feed(&f->st, (const uint8_t *)read + used, 0);
+        CHECK(c, f->n == 2 && f->recs[HA_HDR_FULL] == 0 && span_is(f, 0, HA_WORD_S1, "d") &&
+                     span_is(f, 1, HA_WORD_S1, "c"));
+    }
+    free(f);
 }
 
 static int64_t feed_packed(fixture *f, const char *s)

@@ -63,6 +63,14 @@ static int decodes_to(const uint8_t *s, size_t len, const uint8_t *want,
         return 0;
     if (n > ha_json_str_max(root) || pfl != want_flags || dfl != want_flags)
         return 0;
+    if (!(pfl & HA_JSON_FLAG_BAD_UTF8)) { /* the decoder that trusts the parser agrees */
+        uint8_t out2[DECODE_BUF];
+        size_t n2 = 0;
+        unsigned vfl = 0;
+        if (ha_json_str_decode_valid(s, root, out2, sizeof out2, &n2, &vfl) != HA_JSON_OK ||
+            vfl != dfl || n2 != n || memcmp(out2, out, n) != 0)
+            return 0;
+    }
     return n == want_len && memcmp(out, want, n) == 0;
 }
 
@@ -328,6 +336,49 @@ static void test_flags(check_counts *c)
     /* Truncated UTF-8 right before the closing quote. */
     CHECK(c, ha_json_parse(L("\"\xe4\xbd\""), 0, &r, &off, &fl) == HA_JSON_OK &&
                  fl == HA_JSON_FLAG_BAD_UTF8 && span_is(r, 0, 4, HA_JSON_STRING));
+}
+
+/* Every byte value at every place of a string body two words long: the
+ * word-at-a-time scan must stop exactly where a byte loop would. */
+static void test_string_bytes(check_counts *c)
+{
+    enum { BODY = 16 };
+    uint8_t doc[BODY + 2];
+    unsigned wrong = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        for (size_t k = 0; k < BODY; k++) {
+            ha_json_val r;
+            size_t off = 0;
+            unsigned fl = 0;
+            ha_json_status st, want = HA_JSON_OK;
+            size_t want_off = 0;
+            unsigned want_fl = 0;
+            memset(doc, 'a', sizeof doc);
+            doc[0] = doc[BODY + 1] = '"';
+            doc[1 + k] = (uint8_t)b;
+            st = ha_json_parse(doc, sizeof doc, 0, &r, &off, &fl);
+            if (b < 0x20u) {
+                want = HA_JSON_ERR_SYNTAX;
+                want_off = 1 + k;
+            } else if (b == '"') {
+                want = HA_JSON_ERR_TRAILING;
+                want_off = 2 + k;
+            } else if (b == '\\') { /* \a, or \" leaving the string open */
+                want = HA_JSON_ERR_SYNTAX;
+                want_off = k + 1 < BODY ? 2 + k : sizeof doc;
+            } else if (b >= 0x80u) {
+                want_fl = HA_JSON_FLAG_BAD_UTF8; /* alone, never well-formed */
+            }
+            if (st != want || (st != HA_JSON_OK && off != want_off) ||
+                (st == HA_JSON_OK && fl != want_fl)) {
+                if (!wrong)
+                    fprintf(stderr, "byte 0x%02x at %zu: status %d offset %zu flags %u\n", b, k,
+                            (int)st, off, fl);
+                wrong++;
+            }
+        }
+    }
+    CHECK(c, wrong == 0);
 }
 
 /* ---- spans ------------------------------------------------------------- */
@@ -938,10 +989,64 @@ static void test_tape(check_counts *c)
     CHECK(c, tape.n == 9 && r.tape == HA_JSON_NO_TAPE);
     ha_json_iter_init_tape(&it, d, r, &tape);
     CHECK(c, ha_json_obj_next(&it, &k, &v) && v.start == 7 && v.end == 23 && v.tape == HA_JSON_NO_TAPE);
+    /* a tape of one entry per byte cannot overflow and is written unchecked;
+       one entry less than the document needs is never written past */
+    {
+        const uint8_t *w = (const uint8_t *)"[0,0,0,0,0,0,0]"; /* 15 bytes, 8 entries */
+        ha_json_tape_entry big[15], small[8];
+        ha_json_tape roomy = {big, 15, 0}, tight = {small, 7, 0};
+        small[7].start = small[7].end = small[7].next = 77; /* past cap: a guard */
+        CHECK(c, ha_json_parse_tape(w, 15, 0, &r, NULL, NULL, &roomy) == HA_JSON_OK &&
+                     roomy.n == 8 && r.tape == 0 && big[0].end == 15 && big[0].next == 8 &&
+                     big[7].start == 13 && big[7].end == 14 && big[7].next == 8);
+        CHECK(c, ha_json_parse_tape(w, 15, 0, &r, NULL, NULL, &tight) == HA_JSON_OK &&
+                     tight.n == 8 && r.tape == HA_JSON_NO_TAPE && small[6].start == 11 &&
+                     small[7].start == 77 && small[7].end == 77 && small[7].next == 77);
+    }
     /* a failed parse leaves no usable tape */
     tape.cap = 16;
     CHECK(c, ha_json_parse_tape(L("{\"a\": [1,]}"), 0, &r, NULL, NULL, &tape) == HA_JSON_ERR_SYNTAX &&
                  r.tape == HA_JSON_NO_TAPE);
+}
+
+/* The whole document in one call: postorder values, counts, the forms of
+ * numbers, strings in one text area, and the statuses. */
+static void test_flatten(check_counts *c)
+{
+    const uint8_t *d = (const uint8_t *)"{\"k\": [1, -2.5, \"\\u00e9x\", null, true, false, "
+                                        "99999999999999999999, {}], \"k\": []}";
+    size_t len = strlen((const char *)d), n = 0, tl = 0, off = 0;
+    int64_t w[16 * HA_JSON_FLAT_WORDS];
+    uint8_t text[256];
+    unsigned fl = 0;
+    double f;
+    CHECK(c, ha_json_flatten(d, len, 0, NULL, 0, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_SPACE && n == 13);
+    CHECK(c, ha_json_flatten(d, len, 0, w, 12 * HA_JSON_FLAT_WORDS, &n, text, sizeof text, &tl,
+                             &off, &fl) == HA_JSON_ERR_SPACE && n == 13);
+    CHECK(c, ha_json_flatten(d, len, 0, w, sizeof w / sizeof *w, &n, text, sizeof text, &tl, &off,
+                             &fl) == HA_JSON_OK && n == 13 && fl == 0);
+    /* "k" 1 -2.5 "éx" null true false big {} [..] "k" [] {..} */
+    CHECK(c, w[0] == HA_JSON_STRING && w[1] == 0 && w[2] == 1 && tl == 5 &&
+                 memcmp(text, "k\xc3\xa9xk", 5) == 0);
+    CHECK(c, w[4] == HA_JSON_NUMBER && w[5] == 1 && w[7] == HA_JSON_FLAT_INT);
+    memcpy(&f, &w[9], sizeof f);
+    CHECK(c, w[8] == HA_JSON_NUMBER && w[11] == HA_JSON_FLAT_F64 && f == -2.5);
+    CHECK(c, w[12] == HA_JSON_STRING && w[13] == 1 && w[14] == 3);
+    CHECK(c, w[16] == HA_JSON_NULL && w[20] == HA_JSON_TRUE && w[24] == HA_JSON_FALSE);
+    CHECK(c, w[28] == HA_JSON_NUMBER && w[31] == HA_JSON_FLAT_BIG && w[29] == 46 && w[30] == 66);
+    CHECK(c, w[32] == HA_JSON_OBJECT && w[33] == 0 && w[36] == HA_JSON_ARRAY && w[37] == 8);
+    CHECK(c, w[40] == HA_JSON_STRING && w[41] == 3 && w[42] == 4 && w[44] == HA_JSON_ARRAY &&
+                 w[45] == 0 && w[48] == HA_JSON_OBJECT && w[49] == 2); /* both members */
+    /* a scalar document; statuses */
+    CHECK(c, ha_json_flatten(L("7"), 0, w, 4, &n, text, sizeof text, &tl, &off, &fl) == HA_JSON_OK &&
+                 n == 1 && w[0] == HA_JSON_NUMBER && w[1] == 7);
+    CHECK(c, ha_json_flatten(L("[1, 2e400]"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_RANGE && off == 4);
+    CHECK(c, ha_json_flatten(L("[1, 2e400"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_ERR_SYNTAX && off == 9 && n == 0);
+    CHECK(c, ha_json_flatten(L("[\"\xff\"]"), 0, w, 16, &n, text, sizeof text, &tl, &off, &fl) ==
+                 HA_JSON_OK && fl == HA_JSON_FLAG_BAD_UTF8 && tl == 3 && w[2] == 1);
 }
 
 int main(int argc, char **argv)
@@ -949,11 +1054,13 @@ int main(int argc, char **argv)
     check_counts c = {0, 0};
 
     test_tape(&c);
+    test_flatten(&c);
     test_accept(&c);
     test_reject(&c);
     test_empty_trailing(&c);
     test_depth(&c);
     test_flags(&c);
+    test_string_bytes(&c);
     test_iterate(&c);
     test_lookup(&c);
     test_decode(&c);
