@@ -18,8 +18,8 @@ Consumers, each in its own process:
                (clock_getcpuclockid), all threads, around the ask;
   daemon+10    the same with 10 subscribers connected, each reading every
                reply (`subscribe`); the daemon writes a subscriber at most
-               once per subscriber_interval_ms (8 ms by default: about 8
-               paced tokens a write here; --subscriber-interval-ms 0 makes
+               once per delta_interval_ms (8 ms by default: about 8
+               paced tokens a write here; --delta-interval-ms 0 makes
                it one write per reply, as a model slower than 125 tokens/s
                gets anyway);
   httpx        httpx.AsyncClient under trio, aiter_raw, an SSE line framer and
@@ -282,7 +282,7 @@ def start_server(python: str, directory: str) -> tuple[subprocess.Popen, str]:
 
 
 def start_daemon(python: str, directory: str, server_url: str, tokens: int,
-                 subscriber_interval_ms: int | None = None) -> tuple[subprocess.Popen, str]:
+                 delta_interval_ms: int | None = None) -> tuple[subprocess.Popen, str]:
     socket_path = os.path.join(directory, "agent.sock")
     config = os.path.join(directory, "config.toml")
     providers = "".join(
@@ -292,8 +292,8 @@ def start_daemon(python: str, directory: str, server_url: str, tokens: int,
     Path(config).write_text(
         f'default_provider = "paced"\n[daemon]\nsocket = {json.dumps(socket_path)}\n'
         f'state_directory = {json.dumps(os.path.join(directory, "state"))}\n'
-        + ("" if subscriber_interval_ms is None
-           else f"subscriber_interval_ms = {subscriber_interval_ms}\n")
+        + ("" if delta_interval_ms is None
+           else f"delta_interval_ms = {delta_interval_ms}\n")
         + providers)
     log = open(os.path.join(directory, "daemon.log"), "ab")
     process = subprocess.Popen([python, "-m", "agent.cli", "serve", "--config", config],
@@ -428,13 +428,13 @@ def spread(values: list[float]) -> dict:
 
 
 def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
-        python: str = sys.executable, subscriber_interval_ms: int | None = None) -> dict:
+        python: str = sys.executable, delta_interval_ms: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="homeagent-token-bench-") as directory:
         server, server_url = start_server(python, directory)
         daemon = None
         try:
             daemon, socket_path = start_daemon(python, directory, server_url, tokens,
-                                               subscriber_interval_ms)
+                                               delta_interval_ms)
             with Client(socket_path, timeout=IO_TIMEOUT) as client:
                 chance = random.Random(16)
                 per_token: dict[str, dict[str, list[float]]] = {
@@ -461,7 +461,7 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
             server.wait()
     result: dict = {"tokens": tokens, "rounds": rounds, "python": sys.version.split()[0],
                     "machine": os.uname().machine, "regimes": {},
-                    "subscriber_interval_ms": subscriber_interval_ms}
+                    "delta_interval_ms": delta_interval_ms}
     for regime in REGIMES:
         times = per_token[regime]
         daemon_us = times["daemon"]
@@ -476,10 +476,10 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
 
 
 def report(result: dict) -> str:
-    interval = result.get("subscriber_interval_ms")
+    interval = result.get("delta_interval_ms")
     lines = [f"{result['tokens']} tokens a stream, {result['rounds']} interleaved rounds, "
              f"Python {result['python']} on {result['machine']}; the daemon's "
-             f"subscriber_interval_ms {'default' if interval is None else interval}"]
+             f"delta_interval_ms {'default' if interval is None else interval}"]
     for regime, figures in result["regimes"].items():
         lines.append("")
         lines.append(f"{regime}: CPU per token, us (median [min-max])")
@@ -508,12 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="200 tokens, 2 rounds")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--subscriber-interval-ms", type=int, default=None,
-                        help="the daemon's [daemon] subscriber_interval_ms (default: its own)")
+    parser.add_argument("--delta-interval-ms", type=int, default=None,
+                        help="the daemon's [daemon] delta_interval_ms (default: its own)")
     args = parser.parse_args(argv)
     tokens, rounds = (200, 2) if args.quick else (args.tokens, args.rounds)
     try:
-        result = run(tokens, rounds, subscriber_interval_ms=args.subscriber_interval_ms)
+        result = run(tokens, rounds, delta_interval_ms=args.delta_interval_ms)
     except BenchError as exc:
         print(f"token_bench: {exc}", file=sys.stderr)
         return 1

@@ -403,3 +403,45 @@ async def test_accept_out_of_descriptors_logs_one_line_and_recovers(tmp_path, ca
     assert failures[0].getMessage() == ("accept failed: Too many open files; retrying every "
                                         f"{ACCEPT_RETRY:g} s")
     assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.trio
+async def test_pieces_within_the_delta_interval_are_held_and_go_out_together(autojump_clock):
+    """A streamed piece less than an interval after the last one written is
+    held, with every reply behind it, until the interval's end; one that
+    comes an interval after the last goes out at once (a real socket: the
+    daemon writes to one straight when it can)."""
+    import socket
+
+    from agent.api.server import _Connection
+
+    mine, theirs = socket.socketpair()
+    theirs.setblocking(False)
+
+    def received() -> bytes:
+        try:
+            return theirs.recv(65536)
+        except BlockingIOError:
+            return b""
+
+    outbox, inbox = trio.open_memory_channel(16)
+    conn = _Connection(1, PEER, trio.SocketStream(trio.socket.from_stdlib_socket(mine)),
+                       outbox, inbox, interval=1.0)
+    server = ApiServer(FakeRunner(), server_name="t")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._writer, conn)
+        conn.send(b"started\n")
+        conn.send_piece(b"one\n")  # the first piece: at once
+        assert received() == b"started\none\n"
+        conn.send_piece(b"two\n")
+        conn.send_piece(b"three\n")
+        conn.send(b"done\n")  # behind the held pieces
+        await trio.sleep(0.5)
+        assert received() == b""
+        await trio.sleep(0.6)
+        assert received() == b"two\nthree\ndone\n"
+        await trio.sleep(3)  # an interval with nothing held: the next piece is not held
+        conn.send_piece(b"four\n")
+        assert received() == b"four\n"
+        nursery.cancel_scope.cancel()
+    theirs.close()

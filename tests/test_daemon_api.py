@@ -915,39 +915,46 @@ def test_a_subscriber_sees_another_clients_ask(daemon):
     quiet.close()
 
 
-def test_a_subscriber_is_written_at_most_once_an_interval(start_daemon):
-    """Replies that come within subscriber_interval_ms of the last write to a
-    subscriber go out together at the interval's end: a fast stream costs a
-    write a subscriber per interval, not one per token, and the subscriber
-    still gets every reply in order."""
-    daemon = start_daemon(daemon={"subscriber_interval_ms": 1000})
-    sub = daemon.raw()
+def test_streamed_pieces_go_out_at_most_once_an_interval(start_daemon):
+    """Deltas that come within delta_interval_ms of the last one written go
+    out together at the interval's end, to the asker and to a subscriber
+    alike: a fast stream costs a connection a write per interval, not one per
+    token, and every reply still arrives, in order."""
+    daemon = start_daemon(daemon={"delta_interval_ms": 1000})
+    sub, asker = daemon.raw(), daemon.raw()
     sub.send(b'{"id":"sub","op":"subscribe"}\n')
     assert sub.line() == {"id": "sub", "type": "subscribed"}
-    reads, received = [], bytearray()
+    reads = {"sub": [], "asker": []}
+    received = {"sub": bytearray(), "asker": bytearray()}
 
-    def read_until_done() -> None:  # as the replies come, beside the ask
-        while b'"type":"done"' not in received:
-            chunk = sub.sock.recv(65536)
+    def read_until_done(name: str, raw: Raw) -> None:  # as the replies come
+        while b'"type":"done"' not in received[name]:
+            chunk = raw.sock.recv(65536)
             if not chunk:
                 return
-            reads.append(time.monotonic())
-            received.extend(chunk)
+            reads[name].append(time.monotonic())
+            received[name].extend(chunk)
 
-    reader = threading.Thread(target=read_until_done)
-    reader.start()
-    with daemon.client() as asker:
-        _, asked = ask_text(asker, "Hello", provider="paced", session="fast")
-    reader.join(timeout(10))
-    assert len(asked) > 5  # started, several deltas, done
-    seen = [json.loads(line) for line in bytes(received).splitlines()]
+    readers = [threading.Thread(target=read_until_done, args=(name, raw))
+               for name, raw in (("sub", sub), ("asker", asker))]
+    for reader in readers:
+        reader.start()
+    asker.send(b'{"id":1,"op":"ask","prompt":"Hello","provider":"paced","session":"fast"}\n')
+    for reader in readers:
+        reader.join(timeout(20))
+    asked = [json.loads(line) for line in bytes(received["asker"]).splitlines()]
+    seen = [json.loads(line) for line in bytes(received["sub"]).splitlines()]
+    assert len(of_type(asked, "delta")) > 5 and asked[-1]["type"] == "done"
+    assert joined(asked, "delta") == asked[-1]["text"] == ENGLISH
     assert [{**r, "id": 1, "request": None} for r in seen] == [
         {**r, "request": None} for r in asked]
-    # One write a second at most, after the one that said subscribed: a
-    # stream that lasted D seconds came in at most 1 + D reads, plus one for
-    # a write the reader split. Each reply written at once would be one read each.
-    assert len(reads) <= 2 + (reads[-1] - reads[0]), (len(reads), len(asked))
+    # One write a second at most: a stream that lasted D seconds came in at
+    # most 1 + D reads, plus one for a write the reader split. Each reply
+    # written at once would be a read each (19 here).
+    for name, times in reads.items():
+        assert len(times) <= 2 + (times[-1] - times[0]), (name, len(times), len(asked))
     sub.close()
+    asker.close()
 
 
 def test_a_subscriber_sees_its_own_asks_too(daemon):

@@ -39,6 +39,7 @@ class Subscription:
     request_id: RequestId
     reasoning: bool                # reasoning replies too
     send: Callable[[bytes], None]  # the connection's queue; never waits
+    send_piece: Callable[[bytes], None]  # the same for a streamed piece (it may be held)
     prefix: bytes = field(init=False)  # of its lines: address_prefix(request_id)
 
     def __post_init__(self) -> None:
@@ -84,11 +85,13 @@ class Bus:
         """A reply to every subscriber; without origin (a device's state) it
         has no `request`."""
         line = None  # encoded once for all of them, then addressed to each
+        piece = isinstance(reply, replies.STREAMED)
         for subscription in self._subscriptions:
             if subscription.reasoning or not isinstance(reply, replies.Reasoning):
                 if line is None:
                     line = encode(reply, request=origin)
-                subscription.send(readdress(line, subscription.prefix))
+                send = subscription.send_piece if piece else subscription.send
+                send(readdress(line, subscription.prefix))
 
     @contextlib.contextmanager
     def stoppable(self, origin: dict) -> Iterator:

@@ -102,11 +102,13 @@ class Limits:
     client_queue: int = 256
     max_clients: int = 64            # connections open at once, in total
     max_clients_per_user: int = 16   # of them from one uid
-    # A subscribed connection is written at most once per this many seconds:
-    # replies that come sooner go out together at its end. At a model's
-    # pace (tokens 10-50 ms apart) every reply goes out at once; a fast
-    # stream costs one write a subscriber per interval, not per token.
-    subscriber_interval: float = 0.008
+    # Streamed pieces (deltas, reasoning) are written to a connection at
+    # most once per this many seconds: those that come sooner go out
+    # together at its end, with whatever replies came behind them. At a
+    # model's pace (tokens 10-50 ms apart) each goes out at once, the first
+    # of an answer always does; a faster stream costs a write per interval
+    # and connection, not one per token (each write wakes the reader).
+    delta_interval: float = 0.008
 
 
 class Throttled:
@@ -207,31 +209,33 @@ class _Connection:
     mid_line: bool = False  # a send was cut off inside a line: the client holds half of it
     drained: trio.Event = field(default_factory=trio.Event)  # set when the writer takes replies
     queued: bool = False  # lines wait in the outbox or in the writer's hands
-    # While subscribed, at most one write per interval (Limits): lines that
-    # come sooner gather in `held`, which the writer sends at the interval's
-    # end; `flushing` while the writer is at that (no wake-up needed then).
+    # Streamed pieces at most one write per interval (Limits.delta_interval):
+    # those that come sooner gather in `held` with every line behind them,
+    # and the writer sends them at the interval's end; `flushing` while the
+    # writer is at that (it needs no wake-up then).
     interval: float = 0.0
-    last_write: float = float("-inf")  # by trio's clock
+    last_delta: float = float("-inf")  # the last piece's write, by trio's clock
     held: bytearray | None = None
     held_lines: int = 0
     flushing: bool = False
+    capacity: int = 0  # the outbox's, which bounds the held lines too
+
+    def __post_init__(self) -> None:
+        self.capacity = self.outbox.statistics().max_buffer_size
 
     def send(self, line: bytes) -> None:
         """Send an encoded reply without waiting: straight to the socket when
-        nothing waits before it (and, subscribed, the last write is an
-        interval old), else behind what waits: the held lines, or the outbox
-        (with whatever the socket did not take). Past client_queue lines
-        waiting, the connection ends."""
-        if self.held is not None:
-            self._hold(line)
+        nothing waits before it, else behind what waits: the held pieces,
+        or the outbox (with whatever the socket did not take). Past
+        client_queue lines waiting, the connection ends."""
+        held = self.held
+        if held is not None:
+            held += line
+            self.held_lines += 1
+            if self.held_lines > self.capacity:
+                self._overflow()
             return
         if not self.queued and self.ending is None:
-            if self.interval:
-                now = trio.current_time()
-                if now - self.last_write < self.interval:
-                    self._hold(line)
-                    return
-                self.last_write = now
             sock = getattr(self.stream, "socket", None)
             # fileno() is -1 once closed: never a write to a descriptor reused since.
             fd = sock.fileno() if sock is not None else -1
@@ -249,15 +253,22 @@ class _Connection:
                     line = line[sent:]
         self._enqueue(line)
 
+    def send_piece(self, line: bytes) -> None:
+        """A streamed piece (a delta, reasoning): as send(), but held when the
+        last piece was written less than an interval ago."""
+        if self.held is None and not self.queued and self.interval:
+            now = trio.current_time()
+            if now - self.last_delta < self.interval:
+                self._hold(line)
+                return
+            self.last_delta = now
+        self.send(line)
+
     def _hold(self, line: bytes) -> None:
-        if self.held is None:
-            self.held, self.held_lines = bytearray(), 0
-            if not self.flushing:
-                self._wake_writer()
-        self.held += line
-        self.held_lines += 1
-        if self.held_lines > self.outbox.statistics().max_buffer_size:
-            self._overflow()
+        """The first piece held since the last write; send() appends the next."""
+        self.held, self.held_lines = bytearray(line), 1
+        if not self.flushing:
+            self._wake_writer()
 
     def _wake_writer(self) -> None:
         try:
@@ -268,8 +279,7 @@ class _Connection:
             pass  # closing: nothing more goes out
 
     def _overflow(self) -> None:
-        capacity = self.outbox.statistics().max_buffer_size
-        self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {capacity} replies were "
+        self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {self.capacity} replies were "
                                "waiting to be read; the connection is closed"))
 
     def _enqueue(self, line: bytes) -> None:
@@ -446,7 +456,8 @@ class ApiServer:
                 "open, the most this daemon takes from one user"), None))
             return
         outbox, inbox = trio.open_memory_channel(self._limits.client_queue)
-        conn = _Connection(number, peer, stream, outbox, inbox)
+        conn = _Connection(number, peer, stream, outbox, inbox,
+                           interval=self._limits.delta_interval)
         self._connections[number] = conn
         self._counters.connections += 1
         log.info("client %d %s: connected", number, peer)
@@ -543,20 +554,20 @@ class ApiServer:
 
     @staticmethod
     async def _flush_held(conn: _Connection) -> None:
-        """A subscriber's held lines, one write an interval, until an
+        """A connection's held pieces, one write an interval, until an
         interval passes with nothing held. While a stream goes on this is
         the writer's one wake-up per interval."""
         conn.flushing = True
         try:
             while True:
-                await trio.sleep_until(conn.last_write + conn.interval)
+                await trio.sleep_until(conn.last_delta + conn.interval)
                 held = conn.held
                 if not held:
                     conn.held = None
                     return
                 conn.held, conn.held_lines = bytearray(), 0  # what comes meanwhile waits behind
                 await _send_lines(conn, held)
-                conn.last_write = trio.current_time()
+                conn.last_delta = trio.current_time()
         finally:
             conn.flushing = False
 
@@ -607,7 +618,7 @@ class ApiServer:
             conn.send(encode(self._status(), request.id))
         elif request.op == "subscribe":
             self._subscribe(conn, Subscription(request.id, request.args.get("reasoning", True),
-                                               conn.send))
+                                               conn.send, conn.send_piece))
             conn.send(encode(replies.Subscribed(), request.id))
         else:
             nursery.start_soon(self._session_op, conn, request)
@@ -645,7 +656,7 @@ class ApiServer:
             nonlocal outcome
             if type(reply) is replies.Delta:  # the per-token path: nothing else to note
                 if streaming:
-                    conn.send(encode(reply, flight.request_id))
+                    conn.send_piece(encode(reply, flight.request_id))
                 await self.bus.publish(reply, origin)
                 return
             if isinstance(reply, replies.Started):
@@ -655,9 +666,11 @@ class ApiServer:
                 flight.provider = reply.provider
             elif isinstance(reply, replies.Done):
                 outcome = Outcome.ANSWERED
-            if streaming or not isinstance(reply, replies.STREAMED):
-                if reasoning or not isinstance(reply, replies.Reasoning):
-                    conn.send(encode(reply, flight.request_id))
+            if isinstance(reply, replies.STREAMED):
+                if streaming and (reasoning or not isinstance(reply, replies.Reasoning)):
+                    conn.send_piece(encode(reply, flight.request_id))
+            else:
+                conn.send(encode(reply, flight.request_id))
             await self.bus.publish(reply, origin)
 
         try:
@@ -748,7 +761,6 @@ class ApiServer:
         if conn.subscription is not None:
             self.bus.unsubscribe(conn.subscription)
         conn.subscription = subscription
-        conn.interval = 0.0 if subscription is None else self._limits.subscriber_interval
         if subscription is not None:
             self.bus.subscribe(subscription)
 

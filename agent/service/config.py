@@ -54,7 +54,7 @@ MAX_CLIENT_QUEUE = 65536
 MAX_TURNS = 10000
 MAX_CLIENTS = 4096
 MAX_SHUTDOWN_GRACE = 3600.0
-MAX_SUBSCRIBER_INTERVAL_MS = 1000
+MAX_DELTA_INTERVAL_MS = 1000
 MAX_ANNOUNCE_CHARS = 65536
 
 _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming",
@@ -67,7 +67,7 @@ TOPIC_LEVEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prefix: one topic level, n
 _WYOMING_KEYS = ("listen", "allow", "max_connections", "languages")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
-                "subscriber_interval_ms",
+                "delta_interval_ms",
                 "max_clients", "max_clients_per_user", "max_announce_chars",
                 "log_level")
 _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
@@ -145,7 +145,7 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_clients_per_user = 16
 # shutdown_grace = 10.0
 # max_announce_chars = 2000   # longest text `announce` (homeagent say) speaks
-# subscriber_interval_ms = 8  # a subscriber is written at most this often
+# delta_interval_ms = 8   # streamed pieces go to a client at most this often
 # log_level = "info"
 
 [sessions]
@@ -203,8 +203,8 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
         max_clients=table.integer("max_clients", 64, 1, MAX_CLIENTS),
         max_clients_per_user=table.integer("max_clients_per_user", 16, 1, MAX_CLIENTS),
         max_announce_chars=table.integer("max_announce_chars", 2000, 1, MAX_ANNOUNCE_CHARS),
-        subscriber_interval_ms=table.integer("subscriber_interval_ms", 8, 0,
-                                             MAX_SUBSCRIBER_INTERVAL_MS))
+        delta_interval_ms=table.integer("delta_interval_ms", 8, 0,
+                                             MAX_DELTA_INTERVAL_MS))
 
 
 def _sessions(table: Table) -> SessionConfig:

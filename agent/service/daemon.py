@@ -215,7 +215,7 @@ class _Daemon:
                         self.client_ceiling)
         return Limits(daemon.max_line_bytes, daemon.client_queue,
                       min(daemon.max_clients, self.client_ceiling),
-                      daemon.max_clients_per_user, daemon.subscriber_interval_ms / 1000)
+                      daemon.max_clients_per_user, daemon.delta_interval_ms / 1000)
 
     async def run(self, signals) -> None:
         config = self.config
