@@ -84,14 +84,17 @@ class Bus:
                            origin: Mapping[str, Any] | None = None) -> None:
         """A reply to every subscriber; without origin (a device's state) it
         has no `request`."""
-        line = None  # encoded once for all of them, then addressed to each
-        piece = isinstance(reply, replies.STREAMED)
-        for subscription in self._subscriptions:
-            if subscription.reasoning or not isinstance(reply, replies.Reasoning):
-                if line is None:
-                    line = encode(reply, request=origin)
-                send = subscription.send_piece if piece else subscription.send
-                send(readdress(line, subscription.prefix))
+        if not self._subscriptions:
+            return
+        line = encode(reply, request=origin)  # once for all, then addressed to each
+        if isinstance(reply, replies.STREAMED):
+            reasoning = isinstance(reply, replies.Reasoning)
+            for subscription in self._subscriptions:
+                if subscription.reasoning or not reasoning:
+                    subscription.send_piece(readdress(line, subscription.prefix))
+        else:
+            for subscription in self._subscriptions:
+                subscription.send(readdress(line, subscription.prefix))
 
     @contextlib.contextmanager
     def stoppable(self, origin: dict) -> Iterator:

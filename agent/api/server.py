@@ -256,7 +256,14 @@ class _Connection:
     def send_piece(self, line: bytes) -> None:
         """A streamed piece (a delta, reasoning): as send(), but held when the
         last piece was written less than an interval ago."""
-        if self.held is None and not self.queued and self.interval:
+        held = self.held
+        if held is not None:  # between two writes of a fast stream: the usual case
+            held += line
+            self.held_lines += 1
+            if self.held_lines > self.capacity:
+                self._overflow()
+            return
+        if not self.queued and self.interval:
             now = trio.current_time()
             if now - self.last_delta < self.interval:
                 self._hold(line)
