@@ -512,6 +512,20 @@ def test_the_delta_line_is_the_generic_encoders_line(text, request_id):
     assert encode(replies.Delta(text), request_id) == generic
 
 
+@given(st.lists(st.tuples(st.text(st.characters(blacklist_categories=())),
+                          st.fixed_dictionaries({"client": st.integers(1, 3),
+                                                 "id": st.integers() | st.text(),
+                                                 "session": st.text(max_size=6)})),
+                min_size=1, max_size=6))
+def test_a_subscribers_delta_line_is_the_generic_encoders_line(deltas):
+    # the subscribers' per-token path (the request's JSON kept while it is
+    # the same request) against the walk, for requests that change and repeat
+    for text, request in deltas:
+        generic = dump_line(replies.outgoing({"type": "delta", "text": text,
+                                              "request": request}))
+        assert encode(replies.Delta(text), request=request) == generic
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(blacklist_categories=())),  # surrogates too

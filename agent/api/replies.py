@@ -321,10 +321,13 @@ def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
     """The line of a reply: id (when addressed; None is null), type, the
     reply's fields, then request (the ask a subscriber is shown); secrets
     masked, NaN and Infinity null."""
-    if type(reply) is Delta and request is None and type(request_id) is int:
+    if type(reply) is Delta:
         # The per-token path: one string to mask, nothing that can be a
         # float, the line made as the encoder would make it.
-        return delta_line(request_id, reply.text)
+        if request is None and type(request_id) is int:
+            return delta_line(request_id, reply.text)
+        if request is not None and request_id is UNADDRESSED:  # for subscribers
+            return _delta_for(reply.text, request)
     line = {} if request_id is UNADDRESSED else {"id": request_id}
     line["type"] = reply.type
     line.update(reply.fields())
@@ -343,6 +346,40 @@ def delta_line(request_id: int, text: str) -> bytes:
     except UnicodeEncodeError:
         return f'{{"id":{request_id},"type":"delta","text":{encode_basestring_ascii(text)}}}\n' \
             .encode("ascii")
+
+
+class _RequestCache:
+    """The encoded `request` of the last ask whose deltas went to the
+    subscribers: the same object, unchanged, for all of an answer's."""
+    __slots__ = ("items", "json")
+
+    def __init__(self) -> None:
+        self.items: tuple = ()  # in order: the JSON keeps the keys' order
+        self.json: bytes | None = b"{}"
+
+
+_last_request = _RequestCache()
+
+
+def _delta_for(text: str, request: Mapping[str, Any]) -> bytes:
+    """encode(Delta(text), request=request), the generic walk only for the
+    request when it changed."""
+    cache = _last_request
+    items = tuple(request.items())
+    if items != cache.items:
+        cache.items = items
+        try:
+            cache.json = _UTF8.encode(outgoing(request)).encode("utf-8")
+        except UnicodeEncodeError:
+            cache.json = None  # a lone surrogate: the whole line goes ASCII
+    text = masking.mask(text)
+    if cache.json is not None:
+        try:
+            return (f'{{"type":"delta","text":{encode_basestring(text)},"request":'
+                    .encode("utf-8") + cache.json + b"}\n")
+        except UnicodeEncodeError:
+            pass
+    return dump_line(outgoing({"type": "delta", "text": text, "request": request}))
 
 
 def address_prefix(request_id: RequestId) -> bytes:
