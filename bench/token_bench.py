@@ -18,10 +18,10 @@ Consumers, each in its own process:
                (clock_getcpuclockid), all threads, around the ask;
   daemon+10    the same with 10 subscribers connected, each reading every
                reply (`subscribe`); the daemon writes a subscriber at most
-               once per delta_interval_ms (8 ms by default: about 8
+               once per delta_interval_ms (16 ms by default: about 14
                paced tokens a write here; --delta-interval-ms 0 makes
-               it one write per reply, as a model slower than 125 tokens/s
-               gets anyway);
+               it one write per reply, as a model slower than 60 tokens/s
+               gets anyway); so is the asker;
   httpx        httpx.AsyncClient under trio, aiter_raw, an SSE line framer and
                msgspec decoding into typed Structs: a bare consume-only script;
   openai       the openai SDK's AsyncOpenAI, stream=True, under asyncio;

@@ -107,8 +107,9 @@ class Limits:
     # together at its end, with whatever replies came behind them. At a
     # model's pace (tokens 10-50 ms apart) each goes out at once, the first
     # of an answer always does; a faster stream costs a write per interval
-    # and connection, not one per token (each write wakes the reader).
-    delta_interval: float = 0.008
+    # and connection, not one per token (each write wakes the reader). 16 ms
+    # is a frame of a 60 Hz display: what shows text can show no faster.
+    delta_interval: float = 0.016
 
 
 class Throttled:

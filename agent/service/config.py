@@ -145,7 +145,7 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_clients_per_user = 16
 # shutdown_grace = 10.0
 # max_announce_chars = 2000   # longest text `announce` (homeagent say) speaks
-# delta_interval_ms = 8   # streamed pieces go to a client at most this often
+# delta_interval_ms = 16  # streamed pieces go to a client at most this often
 # log_level = "info"
 
 [sessions]
@@ -203,7 +203,7 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
         max_clients=table.integer("max_clients", 64, 1, MAX_CLIENTS),
         max_clients_per_user=table.integer("max_clients_per_user", 16, 1, MAX_CLIENTS),
         max_announce_chars=table.integer("max_announce_chars", 2000, 1, MAX_ANNOUNCE_CHARS),
-        delta_interval_ms=table.integer("delta_interval_ms", 8, 0,
+        delta_interval_ms=table.integer("delta_interval_ms", 16, 0,
                                              MAX_DELTA_INTERVAL_MS))
 
 

@@ -37,7 +37,7 @@ class DaemonConfig:
     max_clients: int = 64
     max_clients_per_user: int = 16
     max_announce_chars: int = 2000
-    delta_interval_ms: int = 8
+    delta_interval_ms: int = 16
 
 
 @dataclass(frozen=True)
