@@ -443,5 +443,13 @@ async def test_pieces_within_the_delta_interval_are_held_and_go_out_together(aut
         await trio.sleep(3)  # an interval with nothing held: the next piece is not held
         conn.send_piece(b"four\n")
         assert received() == b"four\n"
+        conn.send_piece(b"five\n")  # within the interval: held
+        assert received() == b""
+        await trio.sleep(1.1)
+        assert received() == b"five\n"
+        conn.send(b"done\n")
+        conn.send(b"started\n")  # another answer, within the interval of the last piece:
+        conn.send_piece(b"first\n")  # its first piece goes at once all the same
+        assert received() == b"done\nstarted\nfirst\n"
         nursery.cancel_scope.cancel()
     theirs.close()

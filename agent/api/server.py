@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import select
 import socket
@@ -215,7 +216,7 @@ class _Connection:
     # and the writer sends them at the interval's end; `flushing` while the
     # writer is at that (it needs no wake-up then).
     interval: float = 0.0
-    last_delta: float = float("-inf")  # the last piece's write, by trio's clock
+    last_delta: float = -math.inf  # the last piece's write, by trio's clock
     held: bytearray | None = None
     held_lines: int = 0
     flushing: bool = False
@@ -236,6 +237,10 @@ class _Connection:
             if self.held_lines > self.capacity:
                 self._overflow()
             return
+        self.last_delta = -math.inf  # the next piece, the first of an answer, goes at once
+        self._write(line)
+
+    def _write(self, line: bytes) -> None:
         if not self.queued and self.ending is None:
             sock = getattr(self.stream, "socket", None)
             # fileno() is -1 once closed: never a write to a descriptor reused since.
@@ -256,7 +261,8 @@ class _Connection:
 
     def send_piece(self, line: bytes) -> None:
         """A streamed piece (a delta, reasoning): as send(), but held when the
-        last piece was written less than an interval ago."""
+        last piece was written less than an interval ago, and no other reply
+        since."""
         held = self.held
         if held is not None:  # between two writes of a fast stream: the usual case
             held += line
@@ -270,7 +276,7 @@ class _Connection:
                 self._hold(line)
                 return
             self.last_delta = now
-        self.send(line)
+        self._write(line)
 
     def _hold(self, line: bytes) -> None:
         """The first piece held since the last write; send() appends the next."""
@@ -576,6 +582,11 @@ class ApiServer:
                 conn.held, conn.held_lines = bytearray(), 0  # what comes meanwhile waits behind
                 await _send_lines(conn, held)
                 conn.last_delta = trio.current_time()
+                if not conn.held:
+                    # Nothing came during the write: a reply goes out at once
+                    # again; a piece within the interval is held anew, and
+                    # this loop, still running, sends it at the interval's end.
+                    conn.held = None
         finally:
             conn.flushing = False
 
