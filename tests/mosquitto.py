@@ -29,6 +29,7 @@ from typing import Callable
 import pytest
 
 from conftest import timeout
+from helpers import make_certificates
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 START_TIMEOUT = timeout(10)
@@ -100,22 +101,10 @@ class Broker:
         else:
             lines.append("allow_anonymous true")
         if self.tls:
-            self._make_certificates()
+            make_certificates(self.dir)
             lines += [f"cafile {self.ca_file}", f"certfile {self.dir / 'server.pem'}",
                       f"keyfile {self.dir / 'server.key'}"]
         self.config_path.write_text("\n".join(lines) + "\n")
-
-    def _make_certificates(self) -> None:
-        """A throwaway CA and a server certificate for 127.0.0.1 signed by it."""
-        d = self.dir
-        run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, cwd=d)  # noqa: E731
-        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", "/CN=homeagent test CA", "-keyout", "ca.key", "-out", "ca.pem")
-        run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-            "-keyout", "server.key", "-out", "server.csr")
-        (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
 
     def start(self) -> "Broker":
         log = open(self.log_path, "a")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import ssl
-import subprocess
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -22,6 +21,7 @@ import trio.testing
 
 from agent.providers.transport import BODY_READ, UpstreamTransport
 from conftest import timeout
+from helpers import make_certificates
 
 pytestmark = pytest.mark.trio
 
@@ -163,20 +163,13 @@ async def wait_idle_readable(transport: UpstreamTransport) -> None:
 
 
 # ---------------------------------------------------------------------------
-# TLS: a test CA and a certificate for 127.0.0.1 (as tests/mosquitto.py makes them)
+# TLS: a test CA and a certificate for 127.0.0.1
 # ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
     d = tmp_path_factory.mktemp("tls")
-    run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, cwd=d)  # noqa: E731
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        "-subj", "/CN=homeagent transport test CA", "-keyout", "ca.key", "-out", "ca.pem")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-        "-keyout", "server.key", "-out", "server.csr")
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
+    make_certificates(d, "homeagent transport test CA")
     return d
 
 
