@@ -230,15 +230,26 @@ class _Connection:
         nothing waits before it, else behind what waits: the held pieces,
         or the outbox (with whatever the socket did not take). Past
         client_queue lines waiting, the connection ends."""
-        held = self.held
-        if held is not None:
-            held += line
-            self.held_lines += 1
-            if self.held_lines > self.capacity:
-                self._overflow()
+        if self.held is not None:
+            self._hold(line)
             return
         self.last_delta = -math.inf  # the next piece, the first of an answer, goes at once
         self._write(line)
+
+    def send_piece(self, line: bytes) -> None:
+        """A streamed piece (a delta, reasoning): as send(), but held when the
+        last piece was written less than an interval ago, and no other reply
+        since."""
+        if self.held is None:
+            if self.queued or not self.interval:
+                self._write(line)
+                return
+            now = trio.current_time()
+            if now - self.last_delta >= self.interval:
+                self.last_delta = now
+                self._write(line)
+                return
+        self._hold(line)
 
     def _write(self, line: bytes) -> None:
         if not self.queued and self.ending is None:
@@ -257,36 +268,24 @@ class _Connection:
                 if sent:
                     self.mid_line = True
                     line = line[sent:]
-        self._enqueue(line)
-
-    def send_piece(self, line: bytes) -> None:
-        """A streamed piece (a delta, reasoning): as send(), but held when the
-        last piece was written less than an interval ago, and no other reply
-        since."""
-        held = self.held
-        if held is not None:  # between two writes of a fast stream: the usual case
-            held += line
-            self.held_lines += 1
-            if self.held_lines > self.capacity:
-                self._overflow()
-            return
-        if not self.queued and self.interval:
-            now = trio.current_time()
-            if now - self.last_delta < self.interval:
-                self._hold(line)
-                return
-            self.last_delta = now
-        self._write(line)
+        self.queued = True
+        self._put(line)
 
     def _hold(self, line: bytes) -> None:
-        """The first piece held since the last write; send() appends the next."""
-        self.held, self.held_lines = bytearray(line), 1
-        if not self.flushing:
-            self._wake_writer()
+        """Behind the held pieces. The first starts them and wakes the
+        writer, unless it is flushing them already."""
+        if self.held is None:
+            self.held, self.held_lines = bytearray(), 0
+            if not self.flushing:
+                self._put(b"")  # an empty line: only a wake-up
+        self.held += line
+        self.held_lines += 1
+        if self.held_lines > self.capacity:
+            self._overflow()
 
-    def _wake_writer(self) -> None:
+    def _put(self, line: bytes) -> None:
         try:
-            self.outbox.send_nowait(b"")
+            self.outbox.send_nowait(line)
         except trio.WouldBlock:
             self._overflow()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -295,15 +294,6 @@ class _Connection:
     def _overflow(self) -> None:
         self.end(replies.Error(ErrorCode.OVERFLOW, f"more than {self.capacity} replies were "
                                "waiting to be read; the connection is closed"))
-
-    def _enqueue(self, line: bytes) -> None:
-        self.queued = True
-        try:
-            self.outbox.send_nowait(line)
-        except trio.WouldBlock:
-            self._overflow()
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # closing: nothing more goes out
 
     def end(self, reason: replies.Error) -> None:
         """Close the connection, cancelling its asks; the client is told `reason`."""
