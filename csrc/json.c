@@ -121,24 +121,29 @@ static inline uint64_t swar_skip_stops(uint64_t w)
     return bytes_eq(w, '"') | bytes_eq(w, '\\');
 }
 
+/* The word loop of every scan below: p moves on by whole words while
+ * STOPS, an expression of the word w, finds no stop in it. At a word that
+ * has one, the scan returns the first stop's position (the lowest set bit
+ * is exact); on a big-endian machine, where the lowest bit is not the
+ * first byte, it leaves that word to the byte loop after it. */
 #ifdef HA_SWAR_LE
-#define FIRST_STOP(m) ((size_t)__builtin_ctzll(m) >> 3)
+#define SWAR_FOUND(p, m) return (p) + ((size_t)__builtin_ctzll(m) >> 3)
+#else
+#define SWAR_FOUND(p, m) break
 #endif
+#define SWAR_SCAN(d, p, end, STOPS)                                              \
+    while ((end) - (p) >= SWAR_BYTES) {                                          \
+        uint64_t w = load64((d) + (p));                                          \
+        uint64_t stops = (STOPS);                                                \
+        if (stops)                                                               \
+            SWAR_FOUND(p, stops);                                                \
+        (p) += SWAR_BYTES;                                                       \
+    }
 
 /* Plain string bytes for the parser: printable ASCII but '"' and '\\'. */
 HOT size_t skip_plain(const uint8_t *d, size_t p, size_t end)
 {
-    while (end - p >= SWAR_BYTES) {
-        uint64_t m = swar_parse_stops(load64(d + p));
-        if (m) {
-#ifdef HA_SWAR_LE
-            return p + FIRST_STOP(m);
-#else
-            break;
-#endif
-        }
-        p += SWAR_BYTES;
-    }
+    SWAR_SCAN(d, p, end, swar_parse_stops(w));
     while (p < end && d[p] >= 0x20u && d[p] < 0x80u && d[p] != '"' && d[p] != '\\')
         p++;
     return p;
@@ -146,17 +151,7 @@ HOT size_t skip_plain(const uint8_t *d, size_t p, size_t end)
 
 static inline size_t skip_ascii(const uint8_t *d, size_t p, size_t end, int json)
 {
-    while (end - p >= SWAR_BYTES) {
-        uint64_t m = swar_decode_stops(load64(d + p), json);
-        if (m) {
-#ifdef HA_SWAR_LE
-            return p + FIRST_STOP(m);
-#else
-            break;
-#endif
-        }
-        p += SWAR_BYTES;
-    }
+    SWAR_SCAN(d, p, end, swar_decode_stops(w, json));
     while (p < end && d[p] < 0x80u && !(json && d[p] == '\\'))
         p++;
     return p;
@@ -165,17 +160,7 @@ static inline size_t skip_ascii(const uint8_t *d, size_t p, size_t end, int json
 /* Position of the first '"' or '\\' at or after p, or end. */
 static inline size_t skip_to_quote(const uint8_t *d, size_t p, size_t end)
 {
-    while (end - p >= SWAR_BYTES) {
-        uint64_t m = swar_skip_stops(load64(d + p));
-        if (m) {
-#ifdef HA_SWAR_LE
-            return p + FIRST_STOP(m);
-#else
-            break;
-#endif
-        }
-        p += SWAR_BYTES;
-    }
+    SWAR_SCAN(d, p, end, swar_skip_stops(w));
     while (p < end && d[p] != '"' && d[p] != '\\')
         p++;
     return p;
@@ -185,18 +170,8 @@ static inline size_t skip_to_quote(const uint8_t *d, size_t p, size_t end)
  * Setting bit 5 folds '[' onto '{' and ']' onto '}' (and nothing else). */
 static inline size_t skip_to_struct(const uint8_t *d, size_t p, size_t end)
 {
-    while (end - p >= SWAR_BYTES) {
-        uint64_t w = load64(d + p), f = w | (ONES * 0x20u);
-        uint64_t m = bytes_eq(w, '"') | bytes_eq(f, '{') | bytes_eq(f, '}');
-        if (m) {
-#ifdef HA_SWAR_LE
-            return p + FIRST_STOP(m);
-#else
-            break;
-#endif
-        }
-        p += SWAR_BYTES;
-    }
+    SWAR_SCAN(d, p, end, bytes_eq(w, '"') | bytes_eq(w | (ONES * 0x20u), '{') |
+                             bytes_eq(w | (ONES * 0x20u), '}'));
     while (p < end && d[p] != '"' && (d[p] | 0x20u) != '{' && (d[p] | 0x20u) != '}')
         p++;
     return p;
@@ -982,17 +957,7 @@ size_t ha_json_str_max(ha_json_val s)
 /* Position of the first '\\' at or after p, or end. */
 static inline size_t skip_to_backslash(const uint8_t *d, size_t p, size_t end)
 {
-    while (end - p >= SWAR_BYTES) {
-        uint64_t m = bytes_eq(load64(d + p), '\\');
-        if (m) {
-#ifdef HA_SWAR_LE
-            return p + FIRST_STOP(m);
-#else
-            break;
-#endif
-        }
-        p += SWAR_BYTES;
-    }
+    SWAR_SCAN(d, p, end, bytes_eq(w, '\\'));
     while (p < end && d[p] != '\\')
         p++;
     return p;
