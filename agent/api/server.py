@@ -106,8 +106,8 @@ class Limits:
     # Streamed pieces (deltas, reasoning) are written to a connection at
     # most once per this many seconds: those that come sooner go out
     # together at its end, with whatever replies came behind them. At a
-    # model's pace (tokens 10-50 ms apart) each goes out at once, the first
-    # of an answer always does; a faster stream costs a write per interval
+    # board's model pace (tokens 20-50 ms apart) each goes out at once, the
+    # first of an answer always does; a faster stream costs a write per interval
     # and connection, not one per token (each write wakes the reader). 16 ms
     # is a frame of a 60 Hz display: what shows text can show no faster.
     delta_interval: float = 0.016
