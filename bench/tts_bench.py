@@ -79,7 +79,7 @@ except ImportError:  # not installed: run from the source tree
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import agent
 
-from agent import wyoming  # noqa: E402
+from agent.wyoming import framing as wyoming  # noqa: E402
 from agent.api.client import Client  # noqa: E402
 from agent.demo import terminate  # noqa: E402
 

@@ -35,3 +35,72 @@ def make_certificates(directory: Path, ca_name: str = "homeagent test CA") -> No
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
         "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
+
+
+def asked(key: int, session: str = "s-1", client: int = 1, request_id=1):
+    """The Origin of a socket client's ask, with the center's key `key`."""
+    from agent.core.commands import Door, Origin
+
+    return Origin(Door.SOCKET, key, request_id, session, client=client)
+
+
+def delivery(kind: str, origin, text: str | None = None, **fields):
+    """A Delivery of the reply class a device's `events` setting calls
+    kind, with text and the reply's other fields (defaults where it has any)."""
+    from agent.core import replies
+    from agent.core.deliveries import KINDS, Delivery
+
+    defaults = {replies.Started: {"session": "s-1", "provider": "p", "model": "m"},
+                replies.Done: {"session": "s-1", "finish_reason": "stop",
+                               "raw_finish_reason": None, "usage": None, "text": "",
+                               "steps": 1, "attempts": 1},
+                replies.Error: {"code": replies.ErrorCode.INTERRUPTED, "message": ""},
+                replies.ToolCall: {"call_id": "c", "name": "t", "arguments": {}},
+                replies.ToolResult: {"call_id": "c", "name": "t", "content": "",
+                                     "is_error": False}}
+    cls = KINDS[kind]
+    values = {**defaults.get(cls, {}), **fields}
+    if text is not None:
+        values["text"] = text
+    return Delivery(cls(**values), origin)
+
+
+class _DevicePrompts:
+    """A runner for a real Center in the device tests: an ask from a device
+    (session device-NAME) calls ask(NAME, prompt); it answers nothing."""
+
+    def __init__(self, ask) -> None:
+        self._ask = ask
+
+    async def ask(self, prompt, session, provider, emit, stop) -> None:
+        await self._ask(session.removeprefix("device-"), prompt)
+
+
+class _States:
+    """A listener of the center that hands each device state to on_state."""
+
+    def __init__(self, on_state) -> None:
+        self._on_state = on_state
+
+    async def deliver(self, reply, origin) -> None:
+        pass
+
+    def notice(self, reply) -> None:
+        self._on_state(reply)
+
+
+def center_for(hub=None, ask=None, on_state=None):
+    """A real Center for the device hub's tests: the hub's speech, the
+    devices' prompts to ask(device, text), their states to on_state(reply)."""
+    from agent.core.center import Center
+
+    async def refuse(device: str, text: str) -> None:
+        raise AssertionError(f"unexpected prompt from {device}: {text!r}")
+
+    center = Center(_DevicePrompts(ask or refuse))
+    center.speech = hub
+    if on_state is not None:
+        center.add_listener(_States(on_state))
+    if hub is not None:
+        center.add_listener(hub)
+    return center

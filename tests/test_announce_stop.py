@@ -46,13 +46,15 @@ import pytest
 import trio
 
 import wyoming_tts_server as tts
-from agent.api import replies
-from agent.devices.base import Common, Device, Event
-from agent.devices.hub import AnnounceError, DeviceHub, DeviceSpec, request_key
+from agent.core import replies
+from agent.core.commands import Announce, Refused
+from agent.core.deliveries import Delivery
+from agent.devices.base import Common, Device, DeviceSpec
+from agent.devices.hub import DeviceHub
 from agent.devices.wyoming_tts import WyomingSpeech
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
-from helpers import of_type, until
+from helpers import asked, center_for, delivery, of_type, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
 from test_tool_loop import FIRST, PROMPT, relay_daemon
 from test_wyoming_tts import (expected_pcm, listening, running, started,  # noqa: F401
@@ -413,7 +415,7 @@ class Listener(Device):
 
     def __init__(self, common: Common) -> None:
         super().__init__(common)
-        self.events: list[Event] = []
+        self.events: list[Delivery] = []
         self.silenced: list = []
         self.reading = trio.Event()
 
@@ -427,15 +429,15 @@ class Listener(Device):
         async for event in inbox:
             self.events.append(event)
 
-    def silence(self, requests):
-        self.silenced.append(requests)
+    def silence(self, keys):
+        self.silenced.append(keys)
         return True
 
 
 async def hub_with(nursery, **events) -> tuple[DeviceHub, dict[str, Listener]]:
     hub = DeviceHub({name: DeviceSpec(Common(name, frozenset(wants)), Listener, {})
                      for name, wants in events.items()}, max_announce_chars=40)
-    await nursery.start(hub.run, None, None)
+    await nursery.start(hub.run, center_for(hub))
     await until(lambda: all(device["state"] == "running" for device in hub.status()))
     return hub, {name: hub._devices[name].device for name in events}
 
@@ -445,21 +447,23 @@ async def test_an_announcement_is_an_answer_for_each_device():
     async with trio.open_nursery() as nursery:
         hub, devices = await hub_with(nursery, streams={"delta", "done"},
                                       sentences={"sentence"})
-        assert sorted(await hub.announce("One. Two!")) == ["sentences", "streams"]
+        assert sorted(await hub.center.announce(Announce("One. Two!"))) == ["sentences",
+                                                                          "streams"]
         for device in devices.values():
             device.reading.set()
         await until(lambda: len(devices["streams"].events) == 2
                     and len(devices["sentences"].events) == 2)
-        assert [(e.type, e.text, e.request) for e in devices["streams"].events] == [
+        assert [(e.kind, e.reply.text, e.origin.request)
+                for e in devices["streams"].events] == [
             ("delta", "One. Two!", {"announce": 1}), ("done", "One. Two!", {"announce": 1})]
-        assert [e.text for e in devices["sentences"].events] == ["One.", "Two!"]
-        with pytest.raises(AnnounceError, match="more than daemon.max_announce_chars"):
-            await hub.announce("x" * 41)
+        assert [e.reply.text for e in devices["sentences"].events] == ["One.", "Two!"]
+        with pytest.raises(Refused, match="more than daemon.max_announce_chars"):
+            await hub.center.announce(Announce("x" * 41))
         nursery.cancel_scope.cancel()
 
 
-R_STOPPED = {"client": 1, "id": "a", "session": "s"}
-R_OTHER = {"client": 2, "id": "a", "session": "t"}
+R_STOPPED = asked(1, "s", client=1, request_id="a")
+R_OTHER = asked(2, "t", client=2, request_id="a")
 
 
 @pytest.mark.trio
@@ -468,23 +472,23 @@ async def test_silence_drops_the_stopped_asks_text_until_its_end():
         hub, devices = await hub_with(nursery, voice={"delta", "done"})
         voice = devices["voice"]
         for request in (R_STOPPED, R_OTHER):
-            await hub.publish(replies.Delta("queued "), request)
+            await hub.deliver(replies.Delta("queued "), request)
         assert hub.silence([R_STOPPED], everything=False) == ["voice"]
-        assert voice.silenced == [frozenset({request_key(R_STOPPED)})]
-        await hub.publish(replies.Delta("late "), R_STOPPED)  # after the stop: dropped
-        await hub.publish(replies.Done("s", "stopped", None, None, "queued ", 1, 1), R_STOPPED)
-        await hub.publish(replies.Delta("next "), R_STOPPED)  # a new ask with the same key
+        assert voice.silenced == [frozenset({R_STOPPED.key})]
+        await hub.deliver(replies.Delta("late "), R_STOPPED)  # after the stop: dropped
+        await hub.deliver(replies.Done("s", "stopped", None, None, "queued ", 1, 1), R_STOPPED)
+        await hub.deliver(replies.Delta("next "), R_STOPPED)  # a new ask with the same key
         voice.reading.set()
         await until(lambda: len(voice.events) == 2)
-        assert [(e.request["client"], e.text) for e in voice.events] == [
+        assert [(e.origin.client, e.reply.text) for e in voice.events] == [
             (2, "queued "), (1, "next ")]
         nursery.cancel_scope.cancel()
 
 
 # ---------------------------------------------------------------- the device alone
 
-OLD = {"client": 1, "id": "old", "session": "s"}
-NEW = {"client": 1, "id": "new", "session": "s"}
+OLD = asked(10, "s", client=1, request_id="old")
+NEW = asked(11, "s", client=1, request_id="new")
 MANY = [f"Old sentence number {n} is still coming." for n in range(1, 41)]
 FRESH = ["A new answer.", "Nothing of the old one."]
 
@@ -505,19 +509,19 @@ async def test_a_silenced_device_never_plays_the_rest_of_what_it_said(tts_server
         old = " ".join(MANY)
         if server_streams:  # an answer still streaming: its synthesize-stop never sent
             for start in range(0, len(old), 9):
-                await inbox.put(Event("delta", {"text": old[start:start + 9]}, OLD))
+                await inbox.put(delivery("delta", OLD, **{"text": old[start:start + 9]}))
         else:
             for sentence in MANY:
-                await inbox.put(Event("sentence", {"text": sentence}, OLD))
+                await inbox.put(delivery("sentence", OLD, **{"text": sentence}))
         await until(lambda: speech.audio_bytes > 0, 30)
-        assert not speech.silence(frozenset({request_key(NEW)}))  # not saying that one
-        inbox.discard(lambda event: event.request == OLD)  # what the hub does at a stop
-        assert speech.silence(frozenset({request_key(OLD)}))
+        assert not speech.silence(frozenset({NEW.key}))  # not saying that one
+        inbox.discard(lambda event: event.origin == OLD)  # what the hub does at a stop
+        assert speech.silence(frozenset({OLD.key}))
         assert speech.stops == 1
         for sentence in FRESH:
-            await inbox.put(Event("sentence", {"text": sentence}, NEW))
-        await inbox.put(Event("delta", {"text": " ".join(FRESH)}, NEW))
-        await inbox.put(Event("done", {"text": " ".join(FRESH)}, NEW))
+            await inbox.put(delivery("sentence", NEW, **{"text": sentence}))
+        await inbox.put(delivery("delta", NEW, **{"text": " ".join(FRESH)}))
+        await inbox.put(delivery("done", NEW, **{"text": " ".join(FRESH)}))
         fresh = expected_pcm(FRESH)
         await until(lambda: sink.exists() and sink.read_bytes().endswith(fresh), 30)
     heard = sink.read_bytes()
@@ -593,12 +597,12 @@ async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
             {"address": address, "alsa_device": f"file:'{tmp_path / 'card.fifo'}',raw"})
         async with running(speech) as inbox:
             for sentence in MANY[:3]:
-                await inbox.put(Event("sentence", {"text": sentence}, OLD))
+                await inbox.put(delivery("sentence", OLD, **{"text": sentence}))
             await until(lambda: card.received() > card.buffer, 30)  # playing, held back
-            inbox.discard(lambda event: event.request == OLD)  # what the hub does at a stop
-            assert speech.silence(frozenset({request_key(OLD)}))
+            inbox.discard(lambda event: event.origin == OLD)  # what the hub does at a stop
+            assert speech.silence(frozenset({OLD.key}))
             at_stop = card.received()  # aplay has been sent SIGKILL
-            await inbox.put(Event("sentence", {"text": MARKER}, NEW))
+            await inbox.put(delivery("sentence", NEW, **{"text": MARKER}))
             await until(lambda: card.find(marker, at_stop) >= 0, 30)
         late = card.find(marker, at_stop) - at_stop
         print(f"\naplay stopped: {late} bytes reached the card after the stop "

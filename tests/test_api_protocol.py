@@ -32,8 +32,11 @@ from agent.api.protocol import (
     parse_request,
 )
 from agent import masking
-from agent.api import replies
-from agent.api.replies import PROTOCOL_VERSION, ErrorCode, dump_line, encode
+from agent.core import replies
+from agent.api.wire import PROTOCOL_VERSION, UNADDRESSED, address_prefix, encode, readdress
+from agent.core.edge import masked, outgoing
+from agent.core.replies import ErrorCode
+from agent.jsonline import dump_line
 from agent.lines import Line, LineReader, LineTooLong
 from conftest import scaled
 from streams import cuts_for, feed_split, random_reads
@@ -508,7 +511,7 @@ def test_dump_line_with_a_lone_surrogate_is_an_ascii_line():
 @given(st.text(st.characters(blacklist_categories=())), st.integers())
 def test_the_delta_line_is_the_generic_encoders_line(text, request_id):
     # encode's per-token path (delta_line) against the walk every other reply takes
-    generic = dump_line(replies.outgoing({"id": request_id, "type": "delta", "text": text}))
+    generic = dump_line(outgoing({"id": request_id, "type": "delta", "text": text}))
     assert encode(replies.Delta(text), request_id) == generic
 
 
@@ -521,7 +524,7 @@ def test_a_subscribers_delta_line_is_the_generic_encoders_line(deltas):
     # the subscribers' per-token path (the request's JSON kept while it is
     # the same request) against the walk, for requests that change and repeat
     for text, request in deltas:
-        generic = dump_line(replies.outgoing({"type": "delta", "text": text,
+        generic = dump_line(outgoing({"type": "delta", "text": text,
                                               "request": request}))
         assert encode(replies.Delta(text), request=request) == generic
 
@@ -620,8 +623,8 @@ def test_every_reply_on_the_wire():
         (replies.Ok(), 1, '{"id":1,"type":"ok"}'),
         (replies.Ok(forgotten=False), 1, '{"id":1,"type":"ok","forgotten":false}'),
         (replies.Subscribed(), 1, '{"id":1,"type":"subscribed"}'),
-        (replies.Shutdown("bye"), replies.UNADDRESSED, '{"type":"shutdown","reason":"bye"}'),
-        (replies.Device("d", "running"), replies.UNADDRESSED,
+        (replies.Shutdown("bye"), UNADDRESSED, '{"type":"shutdown","reason":"bye"}'),
+        (replies.Device("d", "running"), UNADDRESSED,
          '{"type":"device","device":"d","state":"running"}'),
         (replies.Device("d", "failed", "OSError: x", 0.5), 9,
          '{"id":9,"type":"device","device":"d","state":"failed","error":"OSError: x",'
@@ -658,15 +661,16 @@ def test_error_codes_are_the_documented_ones():
 @pytest.mark.parametrize("request_id", [7, "sub-é", "key sk-secret0123456789abcdef"])
 def test_a_reply_encoded_once_and_readdressed_is_the_line_encoded_for_that_id(
         reply, request_id):
-    """What the bus sends each subscriber (one encoding for all of them) is
-    byte for byte what encoding the reply for that subscriber's id gives,
-    masked alike."""
+    """What the subscribers get (one encoding for all of them, the id of
+    each masked once by the edge) is byte for byte what encoding the reply,
+    through the edge, for that subscriber's id gives, masked alike."""
     masking.install(masking.Masker(["sk-secret0123456789abcdef"]))
     try:
-        origin = {"client": 3, "id": 1, "session": "kitchen"}
-        once = replies.encode(reply, request=origin)
-        line = replies.readdress(once, replies.address_prefix(request_id))
-        expected = replies.encode(reply, request_id, origin)
+        origin = outgoing({"client": 3, "id": 1, "session": "kitchen"})
+        reply = masked(reply)
+        once = encode(reply, request=origin)
+        line = readdress(once, address_prefix(outgoing(request_id)))
+        expected = encode(reply, outgoing(request_id), origin)
         assert json.loads(line) == json.loads(expected)
         if b"\\ud800" not in once:
             assert line == expected

@@ -1,5 +1,6 @@
-"""The API server (agent/api/server.py) in process: connections are trio's
-memory streams (lockstep ones where a client must not read), the peer is
+"""The API server (agent/api/server.py), the socket door, in process on a
+real center: connections are trio's memory streams (lockstep ones where a
+client must not read), the peer is
 given, not read from a socket, and the runner is a fake whose prompts say
 what the ask does. On the autojump clock, so the server's timeouts cost no
 wall-clock time. The subprocess tests (test_daemon_api.py) cover the same
@@ -17,10 +18,12 @@ import pytest
 import trio
 import trio.testing
 
-from agent.api import replies
-from agent.api.server import ACCEPT_RETRY, Access, ApiServer, Limits, Peer
-from agent.session.runner import Stop
-from agent.api.statistics import Counters
+from agent.api.server import Access, ApiServer, Limits, Peer
+from agent.core import replies
+from agent.core.accept import ACCEPT_RETRY
+from agent.core.center import Center
+from agent.core.commands import Stop
+from agent.core.statistics import Counters
 from conftest import timeout
 
 PEER = Peer(pid=4242, uid=1000, gid=1000)
@@ -145,9 +148,18 @@ class StuckClient:
         self._received.put_eof()
 
 
+def serving(runner, **settings) -> ApiServer:
+    """The socket door on a real center around runner, its subscribers the
+    center's listener as the daemon adds them."""
+    center = Center(runner)
+    server = ApiServer(center, server_name="homeagent test", **settings)
+    center.add_listener(server.subscribers)
+    return server
+
+
 def new_server(**settings) -> tuple[ApiServer, FakeRunner]:
     runner = FakeRunner()
-    return ApiServer(runner, server_name="homeagent test", **settings), runner
+    return serving(runner, **settings), runner
 
 
 @pytest.mark.trio
@@ -274,7 +286,7 @@ async def test_subscribers_see_every_ask(autojump_clock):
         origin = {"client": 2, "id": 5, "session": "s-fake"}
         assert [(r["id"], r["type"], r["request"]) for r in seen] == [
             ("w", "started", origin), ("w", "delta", origin), ("w", "done", origin)]
-        server.bus.notify_subscribers(replies.Device("relay", "running"))
+        server.center.notice(replies.Device("relay", "running"))
         assert await watcher.line() == {"id": "w", "type": "device", "device": "relay",
                                         "state": "running"}
 
@@ -427,7 +439,7 @@ async def test_pieces_within_the_delta_interval_are_held_and_go_out_together(aut
     outbox, inbox = trio.open_memory_channel(16)
     conn = _Connection(1, PEER, trio.SocketStream(trio.socket.from_stdlib_socket(mine)),
                        outbox, inbox, interval=1.0)
-    server = ApiServer(FakeRunner(), server_name="t")
+    server = serving(FakeRunner())
     async with trio.open_nursery() as nursery:
         nursery.start_soon(server._writer, conn)
         conn.send(b"started\n")

@@ -16,12 +16,12 @@ import pytest
 import trio
 
 from agent.devices import command
-from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
+from agent.devices.base import Common, Delivery, Inbox, Overflow, SettingError, ToolError, ToolSpec
 from agent.devices.command import CommandDevice
 from conftest import timeout
-from helpers import until
+from helpers import asked, delivery, until
 
-REQUEST = {"client": 1, "id": "a1", "session": "kitchen"}
+REQUEST = asked(1, "kitchen", 1, "a1")
 
 ECHO = ToolSpec("echo", "prints its arguments", {"type": "object", "properties": {
     "word": {"type": "string"}, "count": {"type": "integer"}, "flag": {"type": "boolean"},
@@ -38,8 +38,8 @@ def make(tools: tuple[ToolSpec, ...] = (), **settings) -> CommandDevice:
         Common("speaker", CommandDevice.DEFAULT_EVENTS, tools=tools), settings)
 
 
-def event(kind: str, **data) -> Event:
-    return Event(kind, data, REQUEST)
+def event(kind: str, **data) -> Delivery:
+    return delivery(kind, REQUEST, **data)
 
 
 async def no_prompt(text: str) -> None:
@@ -56,7 +56,7 @@ async def running(device: CommandDevice):
         nursery.cancel_scope.cancel()
 
 
-async def feed(device: CommandDevice, *events: Event, runs: int) -> None:
+async def feed(device: CommandDevice, *events: Delivery, runs: int) -> None:
     async with running(device) as inbox:
         for e in events:
             await inbox.put(e)

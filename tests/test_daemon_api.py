@@ -22,7 +22,7 @@ import pytest
 
 from agent.api.client import DaemonUnavailable
 from agent.api.protocol import OPERATIONS
-from agent.api.replies import PROTOCOL_VERSION
+from agent.api.wire import PROTOCOL_VERSION
 from agent.api.server import HANGUP_POLL
 from agent.service.daemon import FD_RESERVE
 from agent.mock_llm.scripts import CHINESE, EMOJI, ENGLISH, REASONED, REASONING

@@ -26,22 +26,26 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.api import replies
-from agent.api.replies import ErrorCode
-from agent.devices.base import Common, Event, Inbox, Overflow, ToolSpec
+from agent.api.wire import encode
+from agent.core import replies
+from agent.core.commands import Door, Origin
+from agent.core.deliveries import Delivery
+from agent.core.replies import ErrorCode
+from agent.devices.base import Common, DeviceSpec, Inbox, Overflow, ToolSpec
 from agent.devices.command import CommandDevice
-from agent.devices.hub import MAX_PENDING_PROMPTS, RESULT_LIMIT, DeviceHub, DeviceSpec, ToolOutcome
-from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.devices.hub import MAX_PENDING_PROMPTS, DeviceHub
+from agent.text.segmenter import Segmenter, SegmenterConfig
+from agent.tools.base import RESULT_LIMIT, ToolOutcome, Toolbox
 from agent.devices.serial import SerialDevice
 from agent.devices.serial_protocol import unescape
 from agent.stream.message import ArgumentsError, ToolCall
 from conftest import scaled, timeout
-from test_command_device import until
+from helpers import asked, center_for, delivery, until
 from test_serial_device import Board
 
-R1 = {"client": 1, "id": 1, "session": "s-1"}
-R2 = {"client": 2, "id": 1, "session": "s-2"}  # another client, same request id
-FROM_DEVICE = {"device": "panel", "session": "device-panel"}
+R1 = asked(1, "s-1", client=1, request_id=1)
+R2 = asked(2, "s-2", client=2, request_id=1)  # another client, same request id
+FROM_DEVICE = Origin(Door.DEVICE, 3, "panel", "device-panel")
 DONE = replies.Done("s-1", "stop", None, None, "", 1, 1)
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
@@ -73,18 +77,22 @@ def script(path: Path, body: str) -> str:
     return str(path)
 
 
-async def no_ask(device: str, text: str) -> None:
-    raise AssertionError(f"unexpected prompt from {device}: {text!r}")
+def toolbox(hub: DeviceHub) -> Toolbox:
+    """The hub's devices with tools as the runner's toolbox has them."""
+    tools = Toolbox()
+    for provider in hub.providers():
+        tools.add(provider)
+    return tools
 
 
 @asynccontextmanager
-async def supervised(hub: DeviceHub, ask=no_ask):
-    """hub.run() in a task, cancelled at the end; yields the on_state calls
-    as (time, reply as a subscriber reads it)."""
+async def supervised(hub: DeviceHub, ask=None):
+    """hub.run() in a task, with a real center, cancelled at the end; yields
+    the device states as (time, reply as a subscriber reads it)."""
     states: list[tuple[float, dict]] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(hub.run, ask, lambda reply: states.append(
-            (trio.current_time(), json.loads(replies.encode(reply)))))
+        await nursery.start(hub.run, center_for(hub, ask, lambda reply: states.append(
+            (trio.current_time(), json.loads(encode(reply))))))
         yield states
         nursery.cancel_scope.cancel()
 
@@ -129,11 +137,11 @@ async def lines_until(board: Board, last: str) -> list[str]:
 
 # ---------------------------------------------------------------- inbox
 
-def ev(kind: str, text: str | None = None, request=R1, **data) -> Event:
-    return Event(kind, {**data, **({} if text is None else {"text": text})}, request)
+def ev(kind: str, text: str | None = None, request=R1, **data) -> Delivery:
+    return delivery(kind, request, text, **data)
 
 
-async def drain(inbox: Inbox) -> list[Event]:
+async def drain(inbox: Inbox) -> list[Delivery]:
     return [await inbox.get() for _ in range(len(inbox))]
 
 
@@ -186,7 +194,7 @@ async def test_block_drops_at_once_until_the_device_makes_room(autojump_clock):
     start = trio.current_time()
     await inbox.put(ev("sentence", "Seven."))  # full again: waited for, then dropped
     assert trio.current_time() - start == pytest.approx(5)
-    assert [e.text for e in await drain(inbox)] == ["Two.", "Six."]
+    assert [e.reply.text for e in await drain(inbox)] == ["Two.", "Six."]
     assert inbox.dropped == 4
 
 
@@ -234,13 +242,13 @@ async def test_coalesce_joins_text_into_the_newest_else_drops_the_oldest():
     inbox = Inbox(2, Overflow.COALESCE)
     started = ev("started", session="s-1")
     await inbox.put(started)
-    await inbox.put(ev("sentence", "One.", extra=1))
+    await inbox.put(ev("sentence", "One."))
     await inbox.put(ev("sentence", "Two."))  # full: joins the newest, with a space
     assert (inbox.coalesced, inbox.dropped, len(inbox)) == (1, 0, 2)
     await inbox.put(ev("delta", "Hel"))  # another type: the oldest (started) goes
     await inbox.put(ev("delta", "lo"))  # deltas join directly
     assert (inbox.coalesced, inbox.dropped) == (2, 1)
-    assert await drain(inbox) == [ev("sentence", "One. Two.", extra=1), ev("delta", "Hello")]
+    assert await drain(inbox) == [ev("sentence", "One. Two."), ev("delta", "Hello")]
 
     await inbox.put(ev("delta", "a"))
     await inbox.put(ev("delta", "b", request=R2))
@@ -267,13 +275,13 @@ async def test_coalesce_only_when_full():
 
 async def answer(hub: DeviceHub, request, *deltas: str, reasoning: str = "") -> None:
     """One ask's replies as the API server publishes them."""
-    await hub.publish(replies.Started(request["session"], "mock", "m"), request)
+    await hub.deliver(replies.Started(request.session, "mock", "m"), request)
     if reasoning:
-        await hub.publish(replies.Reasoning(reasoning), request)
+        await hub.deliver(replies.Reasoning(reasoning), request)
     for delta in deltas:
-        await hub.publish(replies.Delta(delta), request)
-    await hub.publish(replies.ToolCall("c", "t", {}), request)
-    await hub.publish(replies.Done(request["session"], "stop", None, None, "".join(deltas), 1,
+        await hub.deliver(replies.Delta(delta), request)
+    await hub.deliver(replies.ToolCall("c", "t", {}), request)
+    await hub.deliver(replies.Done(request.session, "stop", None, None, "".join(deltas), 1,
                                    1), request)
 
 
@@ -289,8 +297,8 @@ async def test_each_device_gets_the_event_types_it_wants(boards):
         for board in (talker, watcher):
             assert (await board.line()).startswith("HELLO ")
         await answer(hub, R1, "Hello the", "re. How are", " you?", reasoning="Hmm.")
-        await hub.publish(replies.Delta("Cut off mid"), R2)
-        await hub.publish(replies.Error(ErrorCode.INTERRUPTED, "gone"), R2)
+        await hub.deliver(replies.Delta("Cut off mid"), R2)
+        await hub.deliver(replies.Error(ErrorCode.INTERRUPTED, "gone"), R2)
         await answer(hub, R1, "End.")  # the last lines of both
         # The answer's last sentence ("How are you?") comes before its done,
         # an error ends its ask's last sentence too.
@@ -310,9 +318,9 @@ async def test_each_ask_has_its_own_segmenter(boards):
         assert (await board.line()).startswith("HELLO ")
         for request, text in ((R1, "Good mor"), (R2, "Bonjour, ça"), (FROM_DEVICE, "Moin"),
                               (R1, "ning. Bye"), (R2, " va? Oui"), (FROM_DEVICE, " moin.")):
-            await hub.publish(replies.Delta(text), request)
+            await hub.deliver(replies.Delta(text), request)
         for request in (R1, R2, FROM_DEVICE):
-            await hub.publish(DONE, request)
+            await hub.deliver(DONE, request)
         assert await lines_until(board, "DONE stop") == [
             "TEXT Good morning.", "TEXT Bonjour, ça va?", "TEXT Bye", "DONE stop"]
         assert await lines_until(board, "DONE stop") == ["TEXT Oui", "DONE stop"]
@@ -365,8 +373,8 @@ async def sentences_received(deltas: list[str], first_min_chars: int) -> list[st
             async with supervised(hub):
                 assert (await board.line()).startswith("HELLO ")
                 for delta in deltas:
-                    await hub.publish(replies.Delta(delta), R1)
-                await hub.publish(DONE, R1)
+                    await hub.deliver(replies.Delta(delta), R1)
+                await hub.deliver(DONE, R1)
                 lines = await lines_until(board, "DONE stop")
         finally:
             board.close()
@@ -401,15 +409,15 @@ async def test_a_device_that_is_down_gets_nothing_and_counts_drops(boards):
     hub = DeviceHub({"panel": serial("panel", board, {"sentence", "done"})})
     async with supervised(hub) as states:
         await until(lambda: state(hub, "panel") == "failed")
-        await hub.publish(replies.Delta("Lost. Gone"), R1)
-        await hub.publish(DONE, R1)
+        await hub.deliver(replies.Delta("Lost. Gone"), R1)
+        await hub.deliver(DONE, R1)
         assert status_of(hub, "panel")["dropped"] == 2
         assert status_of(hub, "panel")["queued"] == 0
         board.plug()  # back: the next start opens it
         assert (await board.line()).startswith("HELLO ")
         await until(lambda: state(hub, "panel") == "running")
-        await hub.publish(replies.Delta("Found."), R2)
-        await hub.publish(DONE, R2)
+        await hub.deliver(replies.Delta("Found."), R2)
+        await hub.deliver(DONE, R2)
         assert await lines_until(board, "DONE stop") == ["TEXT Found.", "DONE stop"]
     assert [reply["state"] for _, reply in states] == ["failed", "running"]
     assert status_of(hub, "panel")["dropped"] == 2
@@ -452,15 +460,15 @@ async def test_a_failing_device_restarts_with_doubling_backoff(tmp_path):
     async with supervised(hub) as states:
         await all_running(hub)
         program.unlink()
-        await hub.publish(replies.Delta("Hello there. "), R1)  # the run fails
+        await hub.deliver(replies.Delta("Hello there. "), R1)  # the run fails
         await until(lambda: len(states_of("speaker")) == 4)  # running + 3 failures
         script(program, body)  # the program is back
         # The other device works on while this one is down.
-        await hub.publish(replies.Delta("Still here. "), R1)
+        await hub.deliver(replies.Delta("Still here. "), R1)
         await until(lambda: runs("steady") == 2)
         assert status_of(hub, "speaker")["dropped"] == 1
         await until(lambda: state(hub, "speaker") == "running")
-        await hub.publish(replies.Delta("Back again. "), R1)
+        await hub.deliver(replies.Delta("Back again. "), R1)
         await until(lambda: out.exists() and runs("steady") == 3)
     assert out.read_text() == "Back again.\n"
 
@@ -545,33 +553,35 @@ async def tools_ready(hub: DeviceHub):
 @pytest.mark.trio
 async def test_call_tool_runs_the_program(relay_hub):
     hub, marker = relay_hub
+    tools = toolbox(hub)
     async with tools_ready(hub):
-        assert [tool.name for tool in hub.tools()] == ["set_relay", "nap", "broken", "chatty",
+        assert [tool.name for tool in tools.tools()] == ["set_relay", "nap", "broken", "chatty",
                                                        "dim"]  # not open_door: down
-        assert hub.tools()[0].parameters == RELAY.parameters
-        outcome = await hub.call_tool(call("set_relay", {"channel": 2, "on": True}))
+        assert tools.tools()[0].parameters == RELAY.parameters
+        outcome = await tools.call(call("set_relay", {"channel": 2, "on": True}))
         assert outcome == ToolOutcome("relay 2 is true", False)
         assert marker.read_text() == "2 true\n"
-        chatty = await hub.call_tool(call("chatty", {}))
+        chatty = await tools.call(call("chatty", {}))
         assert not chatty.is_error and len(chatty.content) == RESULT_LIMIT
 
 
 @pytest.mark.trio
 async def test_bad_calls_are_error_results_and_run_nothing(relay_hub):
     hub, marker = relay_hub
+    tools = toolbox(hub)
     async with tools_ready(hub):
-        unknown = await hub.call_tool(call("unlock", {}))
+        unknown = await tools.call(call("unlock", {}))
         assert unknown.is_error and "'unlock'" in unknown.content
         assert "broken, chatty, dim, nap, open_door, set_relay" in unknown.content
 
-        not_json = await hub.call_tool(call("set_relay", arguments='{"channel": 2, "on": tr',
+        not_json = await tools.call(call("set_relay", arguments='{"channel": 2, "on": tr',
                                             error=ArgumentsError.INVALID_JSON,
                                             detail="unexpected end at byte 21"))
         assert not_json.is_error and "invalid_json" in not_json.content
         assert "unexpected end at byte 21" in not_json.content
         assert "nothing was run" in not_json.content
 
-        mismatch = await hub.call_tool(call("set_relay", {"channel": 9, "on": "yes",
+        mismatch = await tools.call(call("set_relay", {"channel": 9, "on": "yes",
                                                           "colour": "red"}))
         assert mismatch.is_error and mismatch.content.startswith("invalid arguments, nothing "
                                                                  "was run: ")
@@ -579,10 +589,10 @@ async def test_bad_calls_are_error_results_and_run_nothing(relay_hub):
         assert len(problems) == 3
         for where in ("arguments.channel: ", "arguments.on: ", "'colour'"):
             assert any(where in problem for problem in problems), (where, problems)
-        missing = await hub.call_tool(call("set_relay", {"channel": 1}))
+        missing = await tools.call(call("set_relay", {"channel": 1}))
         assert missing.is_error and "required property 'on'" in missing.content
 
-        down = await hub.call_tool(call("open_door", {}))
+        down = await tools.call(call("open_door", {}))
         assert down.is_error and "device down is not available" in down.content
         assert "failed" in down.content and "gone.sh" in down.content
         assert not marker.exists()  # none of these ran the relay program
@@ -591,10 +601,11 @@ async def test_bad_calls_are_error_results_and_run_nothing(relay_hub):
 @pytest.mark.trio
 async def test_tools_that_fail_or_time_out_give_error_results(relay_hub):
     hub, _ = relay_hub
+    tools = toolbox(hub)
     async with tools_ready(hub):
-        broken = await hub.call_tool(call("broken", {}))  # a ToolError from the device
+        broken = await tools.call(call("broken", {}))  # a ToolError from the device
         start = trio.current_time()
-        slow = await hub.call_tool(call("nap", {"seconds": 30}))
+        slow = await tools.call(call("nap", {"seconds": 30}))
         assert trio.current_time() - start < timeout(10)  # the sleep was killed
     assert broken == ToolOutcome("broken: sh exited with status 3: relay jammed", True)
     assert slow == ToolOutcome(f"nap did not finish within {NAP.timeout:g} s", True)
@@ -603,8 +614,9 @@ async def test_tools_that_fail_or_time_out_give_error_results(relay_hub):
 @pytest.mark.trio
 async def test_a_hub_not_running_offers_no_tools(relay_hub):
     hub, marker = relay_hub
-    assert hub.tools() == []
-    outcome = await hub.call_tool(call("set_relay", {"channel": 1, "on": False}))
+    tools = toolbox(hub)
+    assert tools.tools() == []
+    outcome = await tools.call(call("set_relay", {"channel": 1, "on": False}))
     assert outcome == ToolOutcome("device relay is not available (starting: starting)", True)
     assert not marker.exists()
 
@@ -644,8 +656,9 @@ async def test_prompts_become_asks_and_too_many_pending_are_refused(boards):
 @pytest.mark.trio
 async def test_status_fields(relay_hub, boards):
     hub, _ = relay_hub
+    tools = toolbox(hub)
     async with tools_ready(hub):
-        await hub.call_tool(call("set_relay", {"channel": 3, "on": False}))
+        await tools.call(call("set_relay", {"channel": 3, "on": False}))
         statuses = {s["name"]: s for s in hub.status()}
     relay, down = statuses["relay"], statuses["down"]
     assert set(relay) == {"name", "kind", "state", "seconds_in_state", "restarts", "last_error",

@@ -16,8 +16,8 @@ import sys
 import httpx
 import pytest
 
-from agent.api import replies
-from agent.api.replies import ErrorCode
+from agent.core import replies
+from agent.core.replies import ErrorCode
 from agent.providers.health import HealthBoard, Policy
 from agent.providers.requests import Provider
 from agent.session.runner import Runner, Upstream

@@ -1,4 +1,4 @@
-"""The homeassistant device (agent/devices/homeassistant.py).
+"""The Home Assistant tool provider (agent/tools/homeassistant.py).
 
 Unit level: a small HTTP server on loopback (http.server in a thread)
 stands in for Home Assistant where its failures are needed: a refused
@@ -19,10 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trio
 
-from agent.devices.base import Common, Inbox, Overflow, SettingError, ToolError
-from agent.devices.homeassistant import TOOL_NAMES, HomeAssistantDevice
+from agent.devices.base import Common, SettingError, ToolError
+from agent.tools.homeassistant import TOOL_NAMES, HomeAssistantTools
 from agent.service.config import load
-from agent.service.config_reader import ConfigError
+from agent.settings.reader import ConfigError
 from conftest import timeout
 from daemon_harness import Daemon, toml_value
 import homeassistant as harness  # tests/homeassistant.py
@@ -82,17 +82,17 @@ def token_file(tmp_path) -> str:
     return str(path)
 
 
-def make(tmp_path, url: str, **settings) -> HomeAssistantDevice:
+def make(tmp_path, url: str, **settings) -> HomeAssistantTools:
     settings = {"url": url, "token_file": token_file(tmp_path),
                 "allow_entities": ["light.bed_*"], "allow_services": ["light.turn_on"],
                 "timeout": timeout(0.5), **settings}
-    return HomeAssistantDevice.from_settings(Common("ha", frozenset()), settings)
+    return HomeAssistantTools.from_settings(Common("ha", frozenset()), settings)
 
 
 @asynccontextmanager
-async def running(device: HomeAssistantDevice):
+async def running(device: HomeAssistantTools):
     async with trio.open_nursery() as nursery:
-        await nursery.start(device.run, Inbox(4, Overflow.DROP_OLDEST), None)
+        await nursery.start(device.run)
         yield device
         nursery.cancel_scope.cancel()
 
@@ -219,15 +219,16 @@ def config_text(tmp_path, device: str) -> str:
             'model = "m"\n[devices.ha]\ntype = "homeassistant"\n' + device)
 
 
-def test_the_config_gives_the_device_its_tools_and_the_masker_its_token(tmp_path):
+def test_the_config_gives_the_provider_its_tools_and_the_masker_its_token(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(config_text(tmp_path, f'url = "http://127.0.0.1:8123"\n'
                                           f'token_file = "{token_file(tmp_path)}"\n'
                                           'allow_entities = ["light.*"]\n'))
     config = load(str(path), {})
-    assert [tool.name for tool in config.devices["ha"].common.tools] == list(TOOL_NAMES)
+    assert "ha" not in config.devices  # a tool provider, in a device's table
+    assert [tool.name for tool in config.tool_providers["ha"].common.tools] == list(TOOL_NAMES)
     assert TOKEN in config.secrets()
-    device = config.devices["ha"].build()  # built again by the hub: its tools are its own
+    device = config.tool_providers["ha"].build()  # built again by the daemon: its own tools
     assert device.secrets() == (TOKEN,)
 
 
@@ -255,7 +256,7 @@ def test_a_bad_setting_is_named(tmp_path, setting, problem):
 
 def test_an_unreadable_token_file_names_the_file_not_a_token(tmp_path):
     with pytest.raises(SettingError) as error:
-        HomeAssistantDevice.from_settings(Common("ha", frozenset()), {
+        HomeAssistantTools.from_settings(Common("ha", frozenset()), {
             "url": "http://127.0.0.1:8123", "token_file": str(tmp_path / "gone"),
             "allow_entities": ["light.*"]})
     assert error.value.key == "token_file" and "No such file" in error.value.problem
@@ -351,7 +352,9 @@ def test_a_state_reaches_the_model_summarized(home, agent, mock):
     [back] = [m for m in second["body"]["messages"] if m["role"] == "tool"]
     assert back["content"] == result["content"]
     with agent.client() as client:
-        [device] = client.call("status")["devices"]
+        status = client.call("status")
+    [device] = status["tool_providers"]  # a tool provider, no longer a device
+    assert status["devices"] == []
     assert device["kind"] == "homeassistant" and device["state"] == "running"
     assert agent.token not in json.dumps(device)
 

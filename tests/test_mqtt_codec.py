@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agent.api import replies
+from agent.core import replies
 from agent.mqtt import codec, messages
 from agent.mqtt.messages import PayloadError
 from agent.mqtt.topics import Topics

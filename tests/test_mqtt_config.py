@@ -10,7 +10,7 @@ import pytest
 from agent import masking
 from agent.mqtt.topics import board_name
 from agent.service.config import ConfigError, load
-from agent.service.config_schema import MqttTls
+from agent.mqtt.config import MqttTls
 
 LOCAL = """\
 [providers.local]

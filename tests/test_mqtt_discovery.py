@@ -9,7 +9,7 @@ import pytest
 
 from agent.mqtt.discovery import EVENT_TYPES, discovery_messages
 from agent.mqtt.topics import Topics, board_name
-from agent.service.config_schema import MqttConfig
+from agent.mqtt.config import MqttConfig
 from mosquitto import Broker, broker  # noqa: F401 (a fixture)
 
 

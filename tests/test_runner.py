@@ -12,8 +12,8 @@ import json
 import httpx
 import pytest
 
-from agent.api import replies
-from agent.api.replies import ErrorCode
+from agent.core import replies
+from agent.core.replies import ErrorCode
 from agent.providers.requests import Provider
 from agent.session.runner import AskLimits, Runner, Upstream
 from agent.session.store import SessionStore

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.devices.schema import MAX_DEPTH, SchemaError, check_schema, validate
+from agent.tools.schema import MAX_DEPTH, SchemaError, check_schema, validate
 from conftest import scaled
 
 RELAY = {"type": "object",

@@ -18,7 +18,8 @@ from urllib.parse import quote
 import pytest
 
 from agent import masking
-from agent.api import replies
+from agent.api.wire import encode
+from agent.core import edge, replies
 from agent.masking import MASK, Masker
 from conftest import timeout
 from daemon_harness import REPO, Daemon, Raw, child_env, toml_value
@@ -54,31 +55,32 @@ def test_masker_without_secrets_changes_nothing():
     assert Masker(["", ""]).mask("any text") == "any text"
 
 
-def test_encode_masks_every_string_keys_included(masked):
+def test_the_edge_masks_every_string_keys_included(masked):
     error = replies.Error(replies.ErrorCode.PROVIDER_ERROR, f"Invalid key {SECRET}")
-    line = replies.encode(error, SECRET, {"prompt": f"a\n{quote(SECRET, safe='')}",
-                                          SECRET: [json.dumps({"k": SECRET})]})
+    line = encode(edge.masked(error), edge.outgoing(SECRET),
+                  edge.outgoing({"prompt": f"a\n{quote(SECRET, safe='')}",
+                                 SECRET: [json.dumps({"k": SECRET})]}))
     assert not any(form.encode() in line for form in FORMS)
     assert json.loads(line) == {
         "id": MASK, "type": "error", "code": "provider_error", "message": "Invalid key ***",
         "request": {"prompt": "a\n***", MASK: ['{"k": "***"}']}}
-    assert json.loads(replies.encode(replies.Delta(f"{SECRET}!"), 1))["text"] == "***!"
+    assert json.loads(encode(edge.masked(replies.Delta(f"{SECRET}!")), 1))["text"] == "***!"
 
 
 @pytest.mark.parametrize("text", [f"{SECRET}!", f"a\n{quote(SECRET, safe='')}\u2028", "plain"])
 def test_the_delta_fast_path_encodes_as_every_other_reply(masked, text):
     """A delta to an integer id skips the generic walk; its bytes are the
     walk's (a string id takes the walk)."""
-    fast = replies.encode(replies.Delta(text), 7)
-    walked = replies.encode(replies.Delta(text), "7")
+    fast = encode(edge.masked(replies.Delta(text)), 7)
+    walked = encode(edge.masked(replies.Delta(text)), "7")
     assert fast == walked.replace(b'"id":"7"', b'"id":7')
     assert not any(form.encode() in fast for form in FORMS)
 
 
-def test_encode_makes_nan_and_infinity_null():
+def test_the_edge_makes_nan_and_infinity_null():
     sessions = replies.Sessions([{"name": "s", "turns": 2, "score": float("nan"),
                                   "more": [float("inf"), -float("inf"), 1.5]}])
-    line = replies.encode(sessions, 7)
+    line = encode(edge.masked(sessions), 7)
     assert b"NaN" not in line and b"Infinity" not in line
     assert json.loads(line)["sessions"] == [{"name": "s", "turns": 2, "score": None,
                                              "more": [None, None, 1.5]}]

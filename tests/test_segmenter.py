@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.text.segmenter import Segmenter, SegmenterConfig
 from conftest import scaled
 from streams import cuts_for, feed_split
 

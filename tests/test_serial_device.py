@@ -16,19 +16,19 @@ import pytest
 import serial
 import trio
 
-from agent.devices.base import Common, Event, Inbox, Overflow, SettingError, ToolError, ToolSpec
+from agent.devices.base import Common, Inbox, Overflow, SettingError, ToolError, ToolSpec
 from agent.devices.serial import DeviceLost, SerialDevice, WriteTimeout
 from agent.devices.serial_protocol import unescape
 from agent.devices.templates import render
 from conftest import timeout
-from helpers import until
+from helpers import asked, delivery, until
 
 RELAY = ToolSpec("set_relay", "Switch a relay", {
     "type": "object",
     "properties": {"channel": {"type": "integer"}, "on": {"type": "boolean"},
                    "label": {"type": "string"}},
     "required": ["channel", "on"]})
-REQUEST = {"client": 1, "id": 7, "session": "s-1"}
+REQUEST = asked(1, "s-1", 1, 7)
 FAMILY = "👨\u200d👩\u200d👧\u200d👦"
 
 
@@ -107,13 +107,13 @@ async def running(device: SerialDevice, board: Board, inbox: Inbox | None = None
 async def test_events_become_lines_in_order_escaped(board):
     device = make(board, events={"started", "sentence", "reasoning", "done", "error"})
     inbox = Inbox(64, Overflow.BLOCK)
-    events = [Event("started", {"session": "s-1", "provider": "p", "model": "m"}, REQUEST),
-              Event("reasoning", {"text": "think\nhard"}, REQUEST),
-              Event("sentence", {"text": "Line one\nline two \\ back\\n."}, REQUEST),
-              Event("delta", {"text": "not sent: send = sentences"}, REQUEST),
-              Event("sentence", {"text": f"你好。{FAMILY}\r!"}, REQUEST),
-              Event("done", {"finish_reason": "stop", "text": "all"}, REQUEST),
-              Event("error", {"code": "interrupted", "message": "cut\noff"}, REQUEST)]
+    events = [delivery("started", REQUEST, **{"session": "s-1", "provider": "p", "model": "m"}),
+              delivery("reasoning", REQUEST, **{"text": "think\nhard"}),
+              delivery("sentence", REQUEST, **{"text": "Line one\nline two \\ back\\n."}),
+              delivery("delta", REQUEST, **{"text": "not sent: send = sentences"}),
+              delivery("sentence", REQUEST, **{"text": f"你好。{FAMILY}\r!"}),
+              delivery("done", REQUEST, **{"finish_reason": "stop", "text": "all"}),
+              delivery("error", REQUEST, **{"code": "interrupted", "message": "cut\noff"})]
     async with running(device, board, inbox):
         for event in events:
             await inbox.put(event)
@@ -131,8 +131,8 @@ async def test_send_deltas(board):
     inbox = Inbox(64, Overflow.BLOCK)
     async with running(device, board, inbox):
         for text in ("Hel", "lo"):
-            await inbox.put(Event("delta", {"text": text}, REQUEST))
-        await inbox.put(Event("done", {"finish_reason": "stop"}, REQUEST))
+            await inbox.put(delivery("delta", REQUEST, **{"text": text}))
+        await inbox.put(delivery("done", REQUEST, **{"finish_reason": "stop"}))
         assert [await board.line() for _ in range(3)] == ["TEXT Hel", "TEXT lo", "DONE stop"]
 
 
@@ -308,7 +308,7 @@ async def test_device_not_reading_fails_run_within_write_timeout(board):
     device = make(board, write_timeout=0.3)
     inbox = Inbox(256, Overflow.BLOCK)
     for n in range(200):                        # 200 KB: far over a pty's buffer
-        await inbox.put(Event("sentence", {"text": f"{n} " + "z" * 1000}, REQUEST))
+        await inbox.put(delivery("sentence", REQUEST, **{"text": f"{n} " + "z" * 1000}))
     with trio.fail_after(timeout(5)), pytest.raises(WriteTimeout, match="not reading"):
         await device.run(inbox, no_prompt)      # nobody reads the board
     assert device.status()["connected"] is False

@@ -23,9 +23,9 @@ import pytest
 import trio
 
 import wyoming_snd_server
-from agent.devices.base import Common, Event, Inbox, Overflow, SettingError
+from agent.devices.base import Common, Inbox, Overflow, SettingError
 from agent.devices.wyoming_tts import SinkError, WyomingSpeech
-from helpers import until
+from helpers import delivery, until
 from test_wyoming_tts import (REQUEST, SENTENCES, all_heard, expected_pcm, listening, pytestmark,
                               running, server, tts_server)
 
@@ -79,14 +79,14 @@ def speaker(tmp_path):
 async def speak(device: WyomingSpeech, texts: list[str]) -> None:
     async with running(device) as inbox:
         for text in texts:
-            await inbox.put(Event("sentence", {"text": text}, REQUEST))
+            await inbox.put(delivery("sentence", REQUEST, **{"text": text}))
         await all_heard(device, texts)
 
 
 async def failure_of(device: WyomingSpeech, text: str) -> BaseException:
     """What run() raises while it speaks text, out of its task group."""
     inbox = Inbox(8, Overflow.BLOCK)
-    await inbox.put(Event("sentence", {"text": text}, REQUEST))
+    await inbox.put(delivery("sentence", REQUEST, **{"text": text}))
     with trio.fail_after(30):
         with pytest.raises(BaseException) as caught:
             await device.run(inbox, None)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.devices import speech_text
-from agent.devices.speech_text import (MAX_HOLD, MAX_NAME, SpeechCleaner, SpeechOptions, clean,
+from agent.text import speech as speech_text
+from agent.text.speech import (MAX_HOLD, MAX_NAME, SpeechCleaner, SpeechOptions, clean,
                                        tool_call_phrase)
 from conftest import scaled
 from streams import cuts_for, feed_split

@@ -1,4 +1,4 @@
-"""agent.wyoming: the Wyoming framing, against the `wyoming` package (the
+"""agent.wyoming.framing: the Wyoming framing, against the `wyoming` package (the
 reference implementation) as the oracle in both directions, at every split,
 and every bad input with its named outcome."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import scaled
-from agent.wyoming import (
+from agent.wyoming.framing import (
     Event,
     FramingError,
     Problem,

@@ -1,4 +1,4 @@
-"""The Wyoming conversation service (agent/api/wyoming_service.py) against
+"""The Wyoming conversation service (agent/wyoming/service.py) against
 Home Assistant's side of the protocol: the `wyoming` package's own client
 (tests/wyoming_conversation_client.py) in its own process, talking to a real
 daemon (`homeagent serve`) whose upstream is the mock model server. Bad
@@ -22,10 +22,10 @@ import pytest
 import trio
 
 import wyoming_conversation_client as ha_client
-from agent.api.wyoming_service import QUEUE, ConversationService, _Peer, session_for
+from agent.wyoming.service import QUEUE, ConversationService, _Peer, session_for
 from agent.mock_llm.scripts import ENGLISH
-from agent.service.config_schema import WyomingConfig
-from agent.wyoming import Event, Reader, encode
+from agent.wyoming.config import WyomingConfig
+from agent.wyoming.framing import Event, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon
 

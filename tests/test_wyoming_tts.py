@@ -29,14 +29,15 @@ import pytest
 import trio
 
 import wyoming_tts_server as server
-from agent.api import replies
-from agent.devices.base import Common, Event, Inbox, Overflow, SettingError
-from agent.devices.hub import DeviceHub, DeviceSpec
+from agent.core import replies
+from agent.core.commands import Announce
+from agent.devices.base import Common, DeviceSpec, Inbox, Overflow, SettingError
+from agent.devices.hub import DeviceHub
 from agent.devices.wyoming_tts import WyomingSpeech
-from agent.wyoming import Event as WyEvent, Reader, encode
+from agent.wyoming.framing import Event as WyEvent, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon, ask_text
-from helpers import until
+from helpers import asked, center_for, delivery, until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -44,7 +45,7 @@ pytestmark = [
                        reason="the wyoming package is a test dependency"),
 ]
 
-REQUEST = {"client": 1, "id": "a1", "session": "kitchen"}
+REQUEST = asked(1, "kitchen", 1, "a1")
 SENTENCES = ["The living room is twenty one degrees.", "The kitchen is warmer!",
              "Shall I open a window?"]
 
@@ -129,8 +130,8 @@ async def test_a_server_without_streaming_gets_a_synthesize_per_sentence(tts_ser
     async with running(speech) as inbox:
         assert speech.server_streams is False
         for sentence in SENTENCES:
-            await inbox.put(Event("sentence", {"text": sentence}, REQUEST))
-        await inbox.put(Event("done", {"text": " ".join(SENTENCES)}, REQUEST))
+            await inbox.put(delivery("sentence", REQUEST, **{"text": sentence}))
+        await inbox.put(delivery("done", REQUEST, **{"text": " ".join(SENTENCES)}))
         await all_heard(speech, SENTENCES)
     assert heard_exactly(log, sink, SENTENCES)
     assert speech.sentences == 3
@@ -143,10 +144,10 @@ async def test_a_streaming_server_gets_the_deltas_as_they_come(tts_server, tmp_p
     async with running(speech) as inbox:
         assert speech.server_streams is True
         for start in range(0, len(answer), 7):  # deltas cut anywhere
-            await inbox.put(Event("delta", {"text": answer[start:start + 7]}, REQUEST))
+            await inbox.put(delivery("delta", REQUEST, **{"text": answer[start:start + 7]}))
         # the sentences that are complete are spoken before the answer is over
         await until(lambda: spoken(log) == SENTENCES[:2], 30)
-        await inbox.put(Event("done", {"text": answer}, REQUEST))
+        await inbox.put(delivery("done", REQUEST, **{"text": answer}))
         await all_heard(speech, SENTENCES)
     assert heard_exactly(log, sink, SENTENCES)
     assert speech.answers == 1
@@ -163,8 +164,8 @@ async def test_a_streaming_server_gets_the_deltas_cleaned_for_speech(tts_server,
     speech, log, sink = await started(tts_server, tmp_path, server_streams=True)
     async with running(speech) as inbox:
         for start in range(0, len(MARKDOWN), 3):  # markers cut anywhere
-            await inbox.put(Event("delta", {"text": MARKDOWN[start:start + 3]}, REQUEST))
-        await inbox.put(Event("done", {"text": MARKDOWN}, REQUEST))
+            await inbox.put(delivery("delta", REQUEST, **{"text": MARKDOWN[start:start + 3]}))
+        await inbox.put(delivery("done", REQUEST, **{"text": MARKDOWN}))
         await all_heard(speech, CLEANED)
     assert spoken(log) == CLEANED
     assert heard_exactly(log, sink, CLEANED)
@@ -174,7 +175,7 @@ async def test_a_streaming_server_gets_the_deltas_cleaned_for_speech(tts_server,
 async def test_streaming_can_be_turned_off_for_a_streaming_server(tts_server, tmp_path):
     speech, log, sink = await started(tts_server, tmp_path, server_streams=True, streaming=False)
     async with running(speech) as inbox:
-        await inbox.put(Event("sentence", {"text": SENTENCES[0]}, REQUEST))
+        await inbox.put(delivery("sentence", REQUEST, **{"text": SENTENCES[0]}))
         await all_heard(speech, SENTENCES[:1])
     assert heard_exactly(log, sink, SENTENCES[:1])
 
@@ -229,10 +230,6 @@ def hub_for(address: str, sink: Path, **settings) -> DeviceHub:
     common = Common("voice", WyomingSpeech.DEFAULT_EVENTS, restart_max_delay=0.5)
     return DeviceHub({"voice": DeviceSpec(common, WyomingSpeech, {
         "address": address, "sink": "file", "path": str(sink), **settings})})
-
-
-async def no_ask(name: str, text: str) -> None:
-    raise AssertionError("a speech device never prompts")
 
 
 @asynccontextmanager
@@ -292,9 +289,9 @@ async def test_a_bad_server_mid_audio_fails_the_device_with_the_reason(tmp_path,
     sink = tmp_path / "audio.pcm"
     async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
         hub = hub_for(address, sink)
-        await nursery.start(hub.run, no_ask, lambda state: None)
+        await nursery.start(hub.run, center_for(hub))
         await until(lambda: hub.status()[0]["connected"], 10)
-        await hub.publish(replies.Delta("The hall light is on. "), REQUEST)
+        await hub.deliver(replies.Delta("The hall light is on. "), REQUEST)
         await until(failed_with(hub, named), 20)
         [status] = hub.status()
         assert status["last_error"].startswith("TTSServerError:")
@@ -323,10 +320,10 @@ async def test_speaking_lasts_from_the_queued_sentence_to_the_end_of_its_audio(t
         hub = hub_for(address, sink)
         seen = []
         hub.watch_speech(lambda: seen.append(hub.speaking))
-        await nursery.start(hub.run, no_ask, lambda state: None)
+        await nursery.start(hub.run, center_for(hub))
         await until(lambda: hub.status()[0]["connected"], 10)
         assert not hub.speaking
-        await hub.announce("The hall light is on.")
+        await hub.center.announce(Announce("The hall light is on."))
         await asked.wait()
         await until(lambda: seen == [True], 10)
         assert hub.status()[0]["speaking"]
@@ -344,7 +341,7 @@ async def test_a_server_that_stalls_at_describe_is_named(tmp_path):
 
     async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
         hub = hub_for(address, tmp_path / "audio.pcm", connect_timeout=0.2)
-        await nursery.start(hub.run, no_ask, lambda state: None)
+        await nursery.start(hub.run, center_for(hub))
         await until(failed_with(hub, "did not answer describe within 0.2 s (connect_timeout)"),
                     20)
         assert hub.status()[0]["state"] in ("failed", "starting")
@@ -355,7 +352,7 @@ async def test_a_server_that_stalls_at_describe_is_named(tmp_path):
 async def test_no_server_at_the_address_is_named_and_retried(tmp_path):
     async with trio.open_nursery() as nursery:
         hub = hub_for(f"unix:{tmp_path / 'absent.sock'}", tmp_path / "audio.pcm")
-        await nursery.start(hub.run, no_ask, lambda state: None)
+        await nursery.start(hub.run, center_for(hub))
         await until(lambda: hub.status()[0]["restarts"] >= 2, 20)
         assert "No such file" in hub.status()[0]["last_error"]
         nursery.cancel_scope.cancel()
@@ -462,7 +459,7 @@ async def test_a_server_that_does_not_accept_is_named_at_connect(tmp_path):
         address = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
         async with trio.open_nursery() as nursery:
             hub = hub_for(address, tmp_path / "audio.pcm", connect_timeout=0.3)
-            await nursery.start(hub.run, no_ask, lambda state: None)
+            await nursery.start(hub.run, center_for(hub))
             await until(failed_with(hub, "no connection to the TTS server within 0.3 s "
                                          "(connect_timeout)"), 20)
             nursery.cancel_scope.cancel()

@@ -1,2 +1,4 @@
-"""The local socket API: the line protocol (sans-IO), the trio server, and
-the client the CLI uses."""
+"""The socket door: the JSON-lines protocol (protocol.py requests, wire.py
+replies as lines), the trio server (server.py), the subscribers as a
+listener of the center (subscribers.py), and the blocking client the CLI
+uses (client.py)."""

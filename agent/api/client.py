@@ -1,6 +1,6 @@
 """A blocking client of the socket API, for the CLI and the demo: a plain
 socket and json, so a one-shot command starts fast (no trio, no httpx, no C
-core: replies.py is as light).
+core: wire.py and the core's replies.py are as light).
 
     with Client(path) as client:
         for reply in client.request("ask", prompt="Hello"):
@@ -18,7 +18,9 @@ import os
 import socket
 from typing import Any, Iterator
 
-from agent.api.replies import FINAL, FINAL_DEFAULT, Error, Shutdown, dump_line
+from agent.api.wire import FINAL, FINAL_DEFAULT
+from agent.core.replies import Error, Shutdown
+from agent.jsonline import dump_line
 
 DEFAULT_SOCKET = "/run/homeagent/agent.sock"
 

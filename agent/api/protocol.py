@@ -2,8 +2,8 @@
 
 One JSON object per line each way. agent.lines frames the bytes of reads into
 lines without decoding anything; parse_request turns one line into a Request
-or a RequestError that names what was wrong. The replies and their encoder
-are in replies.py; the server (agent/api/server.py) does the I/O around these.
+or a RequestError that names what was wrong. The replies are the center's
+(agent/core/replies.py), their lines wire.py; the server (server.py) does the I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.api.replies import ErrorCode, RequestId
+from agent.core.replies import ErrorCode, RequestId
 from agent.jsontypes import is_type
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError, loads_flagged
 

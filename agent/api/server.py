@@ -1,4 +1,6 @@
-"""The socket API server: trio tasks around the line protocol (protocol.py).
+"""The socket API server, the daemon's first door: trio tasks around the
+line protocol (protocol.py). An ask becomes the center's command
+(agent/core/center.py) like any door's; `stop` and `announce` too.
 
 Per connection, one nursery holds a reader (lines in, requests dispatched),
 a writer (the bounded outbox to the socket) and one task per ask. Replies
@@ -20,15 +22,18 @@ never overflowed.
 - A reload that no longer allows a peer disconnects it with not_allowed.
 - `cancel` names a request of the same connection; other clients' requests
   cannot be reached. `stop` (barge-in) reaches every ask, of a session, of
-  the connection or all (bus.py), and ends each with its answer so far kept.
+  the connection or all (the center), and ends each with its answer so far
+  kept.
 
-Every reply is encoded (replies.encode) once, when it is sent. A reply
+Every reply is encoded (wire.encode) once, when it is sent: the replies of
+an ask as the center gives them, masked already, and the server's own
+replies through reply_line(), which passes them through the masking edge. A reply
 with nothing queued before it goes straight to the socket when the socket
 takes it, without waking the writer: one streamed token costs one write,
 not a queue round trip and a task switch. Only what the socket does not
 take at once is queued, and then everything after it, so the order holds;
-the outbox holds lines. The replies of every ask also go to the bus
-(bus.py): subscribers and devices.
+the outbox holds lines. The replies of every ask also go to the center's
+listeners: subscribers (subscribers.py), devices, the MQTT board.
 """
 
 from __future__ import annotations
@@ -46,12 +51,18 @@ from typing import Any, Callable
 
 import trio
 
-from agent.api import protocol, replies
-from agent.api.bus import Bus, Subscription
+from agent.api import protocol
 from agent.api.protocol import Request, RequestError
-from agent.api.replies import PROTOCOL_VERSION, ErrorCode, RequestId, encode
-from agent.api.statistics import ActiveAsk, Counters, Outcome, Statistics
-from agent.devices.hub import AnnounceError
+from agent.api.subscribers import Subscribers, Subscription
+from agent.api.wire import PROTOCOL_VERSION, UNADDRESSED, encode
+from agent.core import replies
+from agent.core.accept import accept_loop
+from agent.core.center import Cancel, Center
+from agent.core.commands import Announce, Ask, Door, Refused, StopAsks
+from agent.core.edge import masked, outgoing
+from agent.core.replies import ErrorCode, RequestId
+from agent.core.statistics import ActiveAsk, Outcome, Statistics
+from agent.core.throttled import Throttled
 from agent.lines import Line, LineReader
 from agent.session.codec import turn_summary
 from agent.session.store import StorageError
@@ -62,10 +73,6 @@ RECEIVE_SIZE = 65536
 WRITE_BATCH = 64 * 1024          # replies joined into one send, up to this many bytes
 GOODBYE_TIMEOUT = 1.0            # for the last line to a client being closed
 HANGUP_POLL = 0.5                # seconds between checks of a half-closed client for a full close
-ACCEPT_RETRY = 0.1               # seconds between accepts while the process is out of descriptors
-LOG_INTERVAL = 10.0              # at most one line per this many seconds for a repeated failure
-# accept() failing for lack of a resource: the connection waits in the backlog meanwhile.
-ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+
 MAX_PEER_GROUPS = 256
 CAPABILITIES = ("stream", "reasoning", "subscribe", "cancel", "announce", "stop")
@@ -111,27 +118,6 @@ class Limits:
     # and connection, not one per token (each write wakes the reader). 16 ms
     # is a frame of a 60 Hz display: what shows text can show no faster.
     delta_interval: float = 0.016
-
-
-class Throttled:
-    """A log line for a failure that can repeat many times a second: the
-    first is logged, the next ones are counted and summed up at most once
-    per LOG_INTERVAL."""
-
-    def __init__(self, logger: logging.Logger, level: int = logging.WARNING) -> None:
-        self._log = logger
-        self._level = level
-        self._last = -LOG_INTERVAL
-        self._suppressed = 0
-
-    def note(self, message: str, *args) -> None:
-        now = time.monotonic()
-        if now - self._last < LOG_INTERVAL:
-            self._suppressed += 1
-            return
-        more = f" (and {self._suppressed} more like it)" if self._suppressed else ""
-        self._log.log(self._level, message + more, *args)
-        self._last, self._suppressed = now, 0
 
 
 def hung_up(stream: trio.abc.Stream) -> bool:
@@ -181,20 +167,28 @@ def peer_of(sock) -> Peer:
     return Peer(pid, uid, gid, tuple(groups))
 
 
+def reply_line(reply: replies.Reply, request_id: RequestId | None = UNADDRESSED) -> bytes:
+    """A reply the server makes itself, as its line: through the masking
+    edge, the request's id too (a client's own words)."""
+    return encode(masked(reply), request_id if request_id is UNADDRESSED
+                  else outgoing(request_id))
+
+
 @dataclass(eq=False)
 class _Flight:
     """An ask in flight."""
     connection: "_Connection"
     request_id: RequestId
-    scope: trio.CancelScope
+    cancel: Cancel
     started: float
     session: str | None = None
     provider: str | None = None
-    cancel_reason: replies.Error | None = None  # what its client is told, once cancelled
 
-    def cancel(self, reason: replies.Error) -> None:
-        self.cancel_reason = reason
-        self.scope.cancel()
+    def active(self, now: float) -> ActiveAsk:
+        """As the status reply lists it: the request id masked (a client's words)."""
+        conn = self.connection
+        return ActiveAsk(conn.number, outgoing(self.request_id), self.session, self.provider,
+                         conn.peer.uid, round(now - self.started, 3))
 
 
 @dataclass(eq=False)
@@ -313,23 +307,23 @@ class _Connection:
 
 class ApiServer:
     """Serves the protocol on listeners; `status_extra()` adds the daemon's
-    own fields (uptime, providers, devices) to status replies. `bus` is what
-    the devices are given (every reply goes to devices too)."""
+    own fields (uptime, providers, devices) to status replies. `subscribers`
+    is the listener the daemon adds to the center."""
 
-    def __init__(self, runner, *, server_name: str, access: Access = Access(),
-                 limits: Limits = Limits(), devices=None,
+    def __init__(self, center: Center, *, server_name: str, access: Access = Access(),
+                 limits: Limits = Limits(),
                  status_extra: Callable[[], dict[str, Any]] = dict) -> None:
-        self.runner = runner
+        self.center = center
+        self.runner = center.runner
         self.server_name = server_name
         self.status_extra = status_extra
+        self.subscribers = Subscribers()
         self._access = access
         self._limits = limits
-        self._counters = Counters()
-        self.bus = Bus(runner, devices, self._counters)
+        self._counters = center.counters
         self._connections: dict[int, _Connection] = {}
         self._open = 0  # accepted sockets not yet closed, admitted or not
         self._refusals = Throttled(log)
-        self._accept_failures = Throttled(log, logging.ERROR)
         self._flights: set[_Flight] = set()
         self._draining = False
         self._numbers = 0
@@ -358,9 +352,7 @@ class ApiServer:
         now = time.monotonic()
         return Statistics(
             clients=len(self._connections),
-            active=tuple(ActiveAsk(f.connection.number, f.request_id, f.session, f.provider,
-                                   f.connection.peer.uid, round(now - f.started, 3))
-                         for f in self._flights),
+            active=tuple(flight.active(now) for flight in self._flights),
             counters=replace(self._counters), draining=self._draining)
 
     # ---- accepting ----
@@ -381,22 +373,14 @@ class ApiServer:
             # Draining: the listeners are closed; connections finish in the nursery.
 
     async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno not in ACCEPT_RESOURCE_ERRNOS:
-                    raise
-                # Out of descriptors (or memory): the client waits in the backlog.
-                self._accept_failures.note("accept failed: %s; retrying every %g s",
-                                           os.strerror(exc.errno), ACCEPT_RETRY)
-                await trio.sleep(ACCEPT_RETRY)
-                continue
+        def accepted(stream: trio.SocketStream) -> None:
             if self._open >= self._limits.max_clients:
                 self._refuse_at_once(stream)
-                continue
+                return
             self._open += 1
             connections.start_soon(self._serve_accepted, stream)
+
+        await accept_loop(listener, accepted, log)
 
     async def _serve_accepted(self, stream: trio.SocketStream) -> None:
         try:
@@ -410,11 +394,11 @@ class ApiServer:
         self._counters.refused += 1
         self._refusals.note("a client over daemon.max_clients (%d connections open); refused",
                             self._open)
-        line = encode(replies.Error(ErrorCode.TOO_MANY_CONNECTIONS, f"{self._open} connections "
-                                    "are open, the most this daemon takes; try again later"),
-                      None)
+        refusal = reply_line(replies.Error(ErrorCode.TOO_MANY_CONNECTIONS, f"{self._open} connections "
+                                     "are open, the most this daemon takes; try again later"),
+                       None)
         try:
-            os.write(stream.socket.fileno(), line)
+            os.write(stream.socket.fileno(), refusal)
         except OSError:
             pass  # its buffer is full or it is gone: closing says enough
         stream.socket.close()
@@ -444,7 +428,7 @@ class ApiServer:
         if not self._access.allows(peer, self._own_uid):
             self._counters.refused += 1
             log.warning("client %d %s: not in the allow-list; refused", number, peer)
-            await self._goodbye(stream, encode(replies.Error(
+            await self._goodbye(stream, reply_line(replies.Error(
                 ErrorCode.NOT_ALLOWED, f"uid {peer.uid} gid {peer.gid} may not use this "
                 "daemon"), None))
             return
@@ -455,7 +439,7 @@ class ApiServer:
             self._counters.refused += 1
             self._refusals.note("client %d %s: over daemon.max_clients_per_user (%d); refused",
                                 number, peer, same_user)
-            await self._goodbye(stream, encode(replies.Error(
+            await self._goodbye(stream, reply_line(replies.Error(
                 ErrorCode.TOO_MANY_CONNECTIONS, f"uid {peer.uid} has {same_user} connections "
                 "open, the most this daemon takes from one user"), None))
             return
@@ -470,7 +454,7 @@ class ApiServer:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer, conn)
                     async with trio.open_nursery() as requests:
-                        conn.send(encode(replies.Hello(PROTOCOL_VERSION, self.server_name,
+                        conn.send(reply_line(replies.Hello(PROTOCOL_VERSION, self.server_name,
                                                        protocol.OPERATIONS, CAPABILITIES,
                                                        self._limits.max_line)))
                         await self._reader(conn, requests)
@@ -491,7 +475,7 @@ class ApiServer:
                     self._counters.overflows += 1
                     log.warning("client %d %s: more than %d replies unread; disconnected",
                                 number, peer, conn.outbox.statistics().max_buffer_size)
-                await self._goodbye(stream, encode(conn.ending, None), conn.mid_line)
+                await self._goodbye(stream, reply_line(conn.ending, None), conn.mid_line)
             else:
                 await trio.aclose_forcefully(stream)
             log.info("client %d: disconnected", number)
@@ -519,7 +503,7 @@ class ApiServer:
                 data = b""
             if not data:
                 if reader.pending:
-                    conn.send(encode(replies.Error(
+                    conn.send(reply_line(replies.Error(
                         ErrorCode.INCOMPLETE_LINE, f"the input ended inside a line of "
                         f"{reader.pending} bytes; it was ignored"), None))
                 return
@@ -532,7 +516,7 @@ class ApiServer:
                         self._dispatch(conn, item.data, nursery)
                 else:
                     self._counters.bad_requests += 1
-                    conn.send(encode(replies.Error(
+                    conn.send(reply_line(replies.Error(
                         ErrorCode.LINE_TOO_LONG, f"a line is longer than {item.limit} bytes; "
                         "it was skipped"), None))
 
@@ -600,20 +584,20 @@ class ApiServer:
         except Exception:
             # A bug must cost one request, never the daemon.
             log.exception("client %d %s: internal error on a request", conn.number, conn.peer)
-            conn.send(encode(replies.internal_error("request"), None))
+            conn.send(reply_line(replies.internal_error("request"), None))
 
     def _handle(self, conn: _Connection, line: bytes, nursery: trio.Nursery) -> None:
         request = protocol.parse_request(line)
         if isinstance(request, RequestError):
             self._counters.bad_requests += 1
             log.info("client %d %s: bad request: %s", conn.number, conn.peer, request.message)
-            conn.send(encode(replies.Error(request.code, request.message), request.id))
+            conn.send(reply_line(replies.Error(request.code, request.message), request.id))
             return
         log.info("client %d %s: %s id=%r", conn.number, conn.peer, request.op, request.id)
         busy = (request.id in conn.flights
                 or (conn.subscription is not None and conn.subscription.request_id == request.id))
         if busy:
-            conn.send(encode(replies.Error(ErrorCode.DUPLICATE_ID, f"request {request.id!r} is "
+            conn.send(reply_line(replies.Error(ErrorCode.DUPLICATE_ID, f"request {request.id!r} is "
                                            "still in progress on this connection"), request.id))
         elif request.op == "ask":
             self._start_ask(conn, request, nursery)
@@ -624,81 +608,62 @@ class ApiServer:
         elif request.op == "announce":
             nursery.start_soon(self._announce, conn, request)
         elif request.op == "status":
-            conn.send(encode(self._status(), request.id))
+            conn.send(reply_line(self._status(), request.id))
         elif request.op == "subscribe":
             self._subscribe(conn, Subscription(request.id, request.args.get("reasoning", True),
                                                conn.send, conn.send_piece))
-            conn.send(encode(replies.Subscribed(), request.id))
+            conn.send(reply_line(replies.Subscribed(), request.id))
         else:
             nursery.start_soon(self._session_op, conn, request)
 
     def _start_ask(self, conn: _Connection, request: Request, nursery: trio.Nursery) -> None:
         if self._draining:
-            conn.send(encode(replies.Error(ErrorCode.SHUTTING_DOWN, "the daemon is shutting "
-                                           "down; ask again when it is back"), request.id))
+            conn.send(reply_line(replies.Error(ErrorCode.SHUTTING_DOWN, "the daemon is shutting "
+                                         "down; ask again when it is back"), request.id))
             return
         if "speak_on" in request.args:
             try:
-                self._board(request.args["speak_on"])
-            except AnnounceError as refusal:
-                conn.send(encode(replies.Error(refusal.code, str(refusal)), request.id))
+                self.center.board(request.args["speak_on"])
+            except Refused as refusal:
+                conn.send(reply_line(replies.Error(refusal.code, str(refusal)), request.id))
                 return
-        flight = _Flight(conn, request.id, trio.CancelScope(), time.monotonic(),
+        flight = _Flight(conn, request.id, Cancel(), time.monotonic(),
                          request.args.get("session"), request.args.get("provider"))
         conn.flights[request.id] = flight
         self._flights.add(flight)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
-        self._counters.asks += 1
         nursery.start_soon(self._ask, flight, request)
 
     async def _ask(self, flight: _Flight, request: Request) -> None:
         conn, args = flight.connection, request.args
         streaming = args.get("stream", True)
         reasoning = args.get("reasoning", True)
-        outcome = Outcome.FAILED
-        # where its replies come from, for subscribers, devices and `stop`
-        origin = {"client": conn.number, "id": flight.request_id, "session": flight.session}
-        if "speak_on" in args:  # its speech on that board, none here
-            origin["speak_on"] = args["speak_on"]
+        reply_id = outgoing(flight.request_id)  # masked once: a client's own words
+        origin = self.center.origin(Door.SOCKET, flight.request_id, flight.session,
+                                    speak_on=args.get("speak_on"), client=conn.number)
 
-        async def emit(reply: replies.Reply) -> None:
-            nonlocal outcome
+        async def on_reply(reply: replies.Reply) -> None:
             if type(reply) is replies.Delta:  # the per-token path: nothing else to note
                 if streaming:
-                    conn.send_piece(encode(reply, flight.request_id))
-                await self.bus.publish(reply, origin)
+                    conn.send_piece(encode(reply, reply_id))
                 return
             if isinstance(reply, replies.Started):
                 flight.session, flight.provider = reply.session, reply.provider
-                origin["session"] = reply.session
             elif isinstance(reply, replies.Failover):
                 flight.provider = reply.provider
-            elif isinstance(reply, replies.Done):
-                outcome = Outcome.ANSWERED
             if isinstance(reply, replies.STREAMED):
                 if streaming and (reasoning or not isinstance(reply, replies.Reasoning)):
-                    conn.send_piece(encode(reply, flight.request_id))
+                    conn.send_piece(encode(reply, reply_id))
             else:
-                conn.send(encode(reply, flight.request_id))
-            await self.bus.publish(reply, origin)
+                conn.send(encode(reply, reply_id))
 
+        outcome = Outcome.CANCELLED  # unless the center returns: the whole connection went
         try:
-            with flight.scope, self.bus.stoppable(origin) as stop:
-                try:
-                    await self.runner.ask(args["prompt"], args.get("session"),
-                                          args.get("provider"), emit, stop)
-                except Exception:
-                    log.exception("client %d: ask id=%r failed inside the daemon", conn.number,
-                                  flight.request_id)
-                    await emit(replies.internal_error("ask"))
-            if flight.scope.cancelled_caught:  # only flight.cancel() cancels it
-                outcome = Outcome.CANCELLED
-                await emit(flight.cancel_reason)
-        except BaseException:  # Cancelled, maybe grouped by a nursery on the way
-            outcome = Outcome.CANCELLED  # the whole connection: gone, overflowed or shut down
-            raise
+            outcome = await self.center.ask(
+                Ask(origin, args["prompt"], args.get("provider"),
+                    f"client {conn.number} ask id={flight.request_id!r}"),
+                on_reply, flight.cancel)
         finally:
-            self._counters.ended(outcome)
             del conn.flights[flight.request_id]
             self._flights.discard(flight)
             if not self._flights:
@@ -715,16 +680,16 @@ class ApiServer:
         elif conn.subscription is not None and conn.subscription.request_id == target:
             self._subscribe(conn, None)
         else:
-            conn.send(encode(replies.Error(ErrorCode.UNKNOWN_REQUEST, f"no request {target!r} "
-                                           "in progress on this connection"), request.id))
+            conn.send(reply_line(replies.Error(ErrorCode.UNKNOWN_REQUEST, f"no request {target!r} "
+                                         "in progress on this connection"), request.id))
             return
-        conn.send(encode(replies.Ok(), request.id))
+        conn.send(reply_line(replies.Ok(), request.id))
 
     async def _stop(self, conn: _Connection, request: Request) -> None:
         args = request.args
         try:
-            reply = await self.bus.stop(f"client {conn.number}", args.get("session"),
-                                        conn.number if args.get("mine") else None)
+            reply = await self.center.stop(StopAsks(f"client {conn.number}", args.get("session"),
+                                                    conn.number if args.get("mine") else None))
         except Exception:
             log.exception("client %d: stop id=%r failed inside the daemon", conn.number,
                           request.id)
@@ -736,42 +701,29 @@ class ApiServer:
             reply = replies.Error(ErrorCode.NOTHING_TO_STOP, f"no ask {whose} is running"
                                   if whose else "no ask is running and no speech device "
                                   "is speaking")
-        conn.send(encode(reply, request.id))
+        conn.send(reply_line(reply, request.id))
 
     async def _announce(self, conn: _Connection, request: Request) -> None:
+        args = request.args
         try:
-            if "board" in request.args:
-                spoken_on = self._board(request.args["board"]).announce_on(
-                    request.args["board"], request.args["text"], request.args.get("device"))
-            elif self.bus.devices is None:
-                raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
-            else:
-                spoken_on = await self.bus.devices.announce(request.args["text"],
-                                                            request.args.get("device"))
+            spoken_on = await self.center.announce(Announce(args["text"], args.get("device"),
+                                                            args.get("board")))
             reply = replies.Announced(tuple(spoken_on))
-        except AnnounceError as refusal:
+        except Refused as refusal:
             reply = replies.Error(refusal.code, str(refusal))
         except Exception:
             log.exception("client %d: announce id=%r failed inside the daemon", conn.number,
                           request.id)
             reply = replies.internal_error("request")
-        conn.send(encode(reply, request.id))
-
-    def _board(self, board: str):
-        """The MQTT service, if it can reach board now; AnnounceError if not."""
-        if self.bus.boards is None:
-            raise AnnounceError(ErrorCode.BROKER_UNAVAILABLE, f"board {board!r}: this daemon "
-                                "is on no MQTT broker ([mqtt] is not configured)")
-        self.bus.boards.check_board(board)
-        return self.bus.boards
+        conn.send(reply_line(reply, request.id))
 
     def _subscribe(self, conn: _Connection, subscription: Subscription | None) -> None:
         """Start, replace (a second subscribe) or end (None) the connection's subscription."""
         if conn.subscription is not None:
-            self.bus.unsubscribe(conn.subscription)
+            self.subscribers.unsubscribe(conn.subscription)
         conn.subscription = subscription
         if subscription is not None:
-            self.bus.subscribe(subscription)
+            self.subscribers.subscribe(subscription)
 
     async def _session_op(self, conn: _Connection, request: Request) -> None:
         session = request.args["session"] if request.op != "sessions" else None
@@ -793,7 +745,7 @@ class ApiServer:
             log.exception("client %d: %s id=%r failed inside the daemon", conn.number,
                           request.op, request.id)
             reply = replies.internal_error("request")
-        conn.send(encode(reply, request.id))
+        conn.send(reply_line(reply, request.id))
 
     # ---- status and shutdown ----
 
@@ -808,7 +760,7 @@ class ApiServer:
         cancel the rest telling their clients why, then say goodbye to every
         client and close the connections."""
         self._draining = True
-        self.bus.stop_asks()
+        self.center.close()
         self._accepting.cancel()
         with trio.move_on_after(grace):
             await self._idle.wait()
@@ -818,5 +770,5 @@ class ApiServer:
         with trio.move_on_after(GOODBYE_TIMEOUT):
             await self._idle.wait()
         for conn in list(self._connections.values()):
-            conn.send(encode(replies.Shutdown(reason)))
+            conn.send(reply_line(replies.Shutdown(reason)))
             conn.outbox.close()

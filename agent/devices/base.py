@@ -9,13 +9,14 @@ events are dropped and counted.
 
 Speech devices (`speaks`: wyoming-tts, a command device with `speech =
 true`) are what `announce` speaks on and `stop` silences: the hub gives them
-an announcement as the events of an answer (request {"announce": N}), and
-calls silence() when a stop concerns what they say.
+an announcement as the deliveries of an answer (an Origin of the announce
+door), and calls silence() when a stop concerns what they say.
 
-Events are the replies of asks as the socket API sends them
-(agent/api/replies.py: started, delta, reasoning, tool_call, tool_result,
-done, error), plus `sentence`: the answer's text cut by the segmenter
-(agent/devices/segmenter.py) for handlers that speak or display it.
+A device receives Deliveries (agent/core/deliveries.py): a reply of an ask,
+typed (agent/core/replies.py: Started, Delta, Reasoning, ToolCall,
+ToolResult, Done, Error, and Sentence: the answer's text cut by the
+segmenter for handlers that speak or display it), with its Origin. Its
+`events` setting names the kinds it wants.
 """
 
 from __future__ import annotations
@@ -27,14 +28,17 @@ from typing import Any, Awaitable, Callable, ClassVar, Mapping, Protocol
 
 import trio
 
-from agent.api import replies
-from agent.devices.speech_text import SpeechOptions
+from agent.core import replies
+from agent.core.deliveries import KINDS, Delivery
+from agent.settings.errors import SettingError, refuse_unknown
+from agent.text.speech import SpeechOptions
+from agent.tools.base import ToolError, ToolSpec
 
-SENTENCE = "sentence"
-EVENT_TYPES = frozenset({SENTENCE, *(reply.type for reply in (
-    replies.Started, replies.Delta, replies.Reasoning, replies.ToolCall, replies.ToolResult,
-    replies.Done, replies.Error))})
-TEXT_EVENTS = frozenset({replies.Delta.type, SENTENCE, replies.Reasoning.type})
+__all__ = ["Common", "Delivery", "Device", "DeviceSpec", "Inbox", "Overflow", "Prompt",
+           "Requests", "SettingError", "ToolError", "ToolSpec", "refuse_unknown",
+           "speech_options", "EVENT_TYPES", "SPEECH_KEYS"]
+
+EVENT_TYPES = frozenset(KINDS)  # what a device's `events` setting may name
 
 
 class Overflow(enum.Enum):
@@ -45,56 +49,13 @@ class Overflow(enum.Enum):
     COALESCE = "coalesce"        # text joins the newest queued text of its kind; else drop oldest
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: str
-    data: Mapping[str, Any]   # the reply's fields, without id
-    request: Mapping[str, Any]  # where it came from: {"client", "id", "session"} or {"device"}
-
-    @property
-    def text(self) -> str:
-        return self.data.get("text", "")
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A tool a device offers the model; parameters is a JSON Schema object
-    (checked when the config loads)."""
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-    timeout: float = 10.0
-
-
-class ToolError(Exception):
-    """A tool that ran and failed: str() is what the model is told."""
-
-
-class SettingError(ValueError):
-    """A bad device setting: key (dotted, within the device's table) and problem."""
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-        self.problem = problem
-
-
-def refuse_unknown(settings: Mapping[str, Any], known) -> None:
-    """A device's table may hold only its known keys: the first unknown one
-    is named, with the others and the known ones."""
-    unknown = sorted(set(settings) - set(known))
-    if unknown:
-        raise SettingError(unknown[0], f"unknown setting{'s' if len(unknown) > 1 else ''} "
-                           f"{', '.join(unknown)} (known: {', '.join(sorted(known))})")
-
-
 SPEECH_KEYS = frozenset({"speech", "code_placeholder", "emoji", "speak_tool_calls"})
 _PLACEHOLDER_MAX = 200
 
 
 def speech_options(common: "Common", settings: Mapping[str, Any],
                    default: bool) -> SpeechOptions | None:
-    """The speech keys of a device that may speak (agent/devices/speech_text.py):
+    """The speech keys of a device that may speak (agent/text/speech.py):
     None when `speech` is false, and its text goes out as the model wrote it."""
     speech = settings.get("speech", default)
     if not isinstance(speech, bool):
@@ -157,8 +118,8 @@ class Device:
 
     kind: ClassVar[str]
     DEFAULT_EVENTS: ClassVar[frozenset[str]]
-    # A device that speaks sets this: the hub cleans the sentences it cuts
-    # for it (agent/devices/speech_text.py) before they are cut.
+    # A device that speaks sets this: the hub cleans the text it cuts into
+    # sentences for it (agent/text/speech.py) before it is cut.
     speech: SpeechOptions | None = None
     speaks = False  # a speech device: announce and stop concern it
     on_speech: Callable[[], None] | None = None  # the hub's, when a board state follows speech
@@ -204,10 +165,10 @@ class Device:
         its schema); the hub applies the timeout. Raise ToolError on failure."""
         raise ToolError(f"device {self.name} has no tool {name!r}")
 
-    def silence(self, requests: frozenset | None) -> bool:
-        """A speech device stops at once what it says for these requests (the
-        hub's request keys; None: whatever it says): playback, synthesis, a
-        speech program. Never waits; True when it was saying something."""
+    def silence(self, keys: frozenset[int] | None) -> bool:
+        """A speech device stops at once what it says for these asks (their
+        Origin keys; None: whatever it says): playback, synthesis, a speech
+        program. Never waits; True when it was saying something."""
         return False
 
     def status(self) -> dict[str, Any]:
@@ -215,10 +176,24 @@ class Device:
         return {}
 
 
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A configured device (or tool provider, in a device's table): its
+    common settings, its class and own settings (already checked once by the
+    config loader through from_settings)."""
+    common: Common  # its tools include the type's own (own_tools())
+    cls: type
+    settings: Mapping[str, Any]
+    secrets: tuple[str, ...] = ()  # its secrets(), read when the config loaded
+
+    def build(self):
+        return self.cls.from_settings(self.common, self.settings)
+
+
 @dataclass
 class Inbox:
-    """A device's bounded queue of events, with its overflow policy. The hub
-    puts; the device gets (`async for event in inbox`)."""
+    """A device's bounded queue of deliveries, with its overflow policy. The
+    hub puts; the device gets (`async for delivery in inbox`)."""
     size: int
     overflow: Overflow
     block_timeout: float = 2.0
@@ -227,7 +202,7 @@ class Inbox:
     # A BLOCK wait that ran out: the device is not keeping up, so later
     # events are dropped at once instead of each costing the stream a wait.
     stalled: bool = False
-    sentences: int = 0  # SENTENCE events queued: what a speech device has still to say
+    sentences: int = 0  # Sentences queued: what a speech device has still to say
     watch: Callable[[], None] | None = None  # called when `sentences` changes
     _events: deque = field(default_factory=deque)
     _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
@@ -239,16 +214,17 @@ class Inbox:
     def clear(self) -> None:
         self.discard(lambda event: True)
 
-    def discard(self, unwanted: Callable[[Event], bool]) -> None:
-        """Drop the queued events unwanted() says, counted as dropped."""
-        kept = deque(event for event in self._events if not unwanted(event))
+    def discard(self, unwanted: Callable[[Delivery], bool]) -> None:
+        """Drop the queued deliveries unwanted() says, counted as dropped."""
+        kept = deque(item for item in self._events if not unwanted(item))
         self.dropped += len(self._events) - len(kept)
         self._events = kept
         self.stalled = False
         self._writable.unpark_all()
-        self._counted(sum(event.type == SENTENCE for event in kept) - self.sentences)
+        self._counted(sum(type(item.reply) is replies.Sentence for item in kept)
+                      - self.sentences)
 
-    async def put(self, event: Event) -> None:
+    async def put(self, event: Delivery) -> None:
         if len(self._events) >= self.size:
             if self.overflow is Overflow.BLOCK:
                 if not self.stalled:
@@ -260,13 +236,13 @@ class Inbox:
                     self.dropped += 1
                     return
             elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
-                self._counted(-(self._events.popleft().type == SENTENCE))
+                self._counted(-(type(self._events.popleft().reply) is replies.Sentence))
                 self.dropped += 1
             else:
                 return
         self._events.append(event)
         self._readable.unpark()
-        if event.type == SENTENCE:  # not a call per delta: this is the per-token path
+        if type(event.reply) is replies.Sentence:  # not a call per delta: the per-token path
             self._counted(1)
 
     def _counted(self, change: int) -> None:
@@ -275,21 +251,22 @@ class Inbox:
             if self.watch is not None:
                 self.watch()
 
-    def _coalesce(self, event: Event) -> bool:
-        """Join a text event to the newest queued event when that is text of
-        the same kind and request (joining further back would reorder)."""
-        if event.type not in TEXT_EVENTS or not self._events:
+    def _coalesce(self, event: Delivery) -> bool:
+        """Join a text delivery to the newest queued one when that is text of
+        the same kind and ask (joining further back would reorder)."""
+        kind = type(event.reply)
+        if kind not in replies.TEXT or not self._events:
             return False
         newest = self._events[-1]
-        if newest.type != event.type or newest.request != event.request:
+        if type(newest.reply) is not kind or newest.origin.key != event.origin.key:
             return False
-        joiner = " " if event.type == SENTENCE else ""
-        self._events[-1] = Event(newest.type, {**newest.data, "text": newest.text + joiner
-                                               + event.text}, newest.request)
+        joiner = " " if kind is replies.Sentence else ""
+        self._events[-1] = Delivery(kind(newest.reply.text + joiner + event.reply.text),
+                                    newest.origin)
         self.coalesced += 1
         return True
 
-    async def get(self) -> Event:
+    async def get(self) -> Delivery:
         # A cancelled reader takes nothing: without this check, a device whose
         # connection a stop cancelled would go on taking queued events until
         # its next checkpoint, and lose them there (the next connection's).
@@ -301,12 +278,12 @@ class Inbox:
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
-        if event.type == SENTENCE:
+        if type(event.reply) is replies.Sentence:
             self._counted(-1)
         return event
 
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> Event:
+    async def __anext__(self) -> Delivery:
         return await self.get()

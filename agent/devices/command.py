@@ -24,7 +24,7 @@ Settings (the device's own keys):
   result; a non-zero exit or a timeout is a ToolError.
 - allow_dash: placeholders whose value may start an argument with `-`.
 - speech: true makes `{text}` the text cleaned for a voice
-  (agent/devices/speech_text.py: no markdown, URLs as their host, no emoji);
+  (agent/text/speech.py: no markdown, URLs as their host, no emoji);
   false, the default, passes the model's text as it is: a command device is
   as often a notifier or a logger as a voice, and those may want it whole.
   With speech: code_placeholder (said for a code block), emoji ("drop" or
@@ -64,12 +64,12 @@ from typing import Any, Mapping
 
 import trio
 
-from agent.devices import templates
+from agent.core import replies
 from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError, ToolError,
                                 ToolSpec, refuse_unknown, speech_options)
-from agent.devices.hub import request_key
-from agent.devices.speech_text import SpeechOptions, clean, tool_call_phrase
+from agent.devices.templates import Argv, OptionRefused, parse_argv
 from agent.jsontypes import is_type
+from agent.text.speech import SpeechOptions, clean, tool_call_phrase
 
 log = logging.getLogger("homeagent.devices")
 
@@ -77,65 +77,6 @@ KILL_GRACE = 1.0  # seconds from SIGTERM to SIGKILL
 _PLACEHOLDERS = frozenset({"text", "session"})
 _KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv",
                    "allow_dash"}) | SPEECH_KEYS
-END_OF_OPTIONS = "--"
-
-
-def _argument(value: str) -> str:
-    """`value` as argv can carry it: a C string ends at NUL, and a lone
-    surrogate cannot be encoded. Dropped or replaced, so that such a text
-    still runs instead of failing the device."""
-    return value.replace("\0", "").encode("utf-8", "replace").decode("utf-8")
-
-
-class OptionRefused(ToolError):
-    """A placeholder's value that would start an argument with `-`."""
-
-    def __init__(self, program: str, name: str, argument: str) -> None:
-        shown = argument if len(argument) <= 40 else argument[:40] + "..."
-        super().__init__(f"nothing was run: the value of {{{name}}}, {shown!r}, starts "
-                         f"with '-' and {program} would read it as an option")
-
-
-@dataclass(frozen=True, slots=True)
-class Argv:
-    """A checked argv template."""
-    program: str        # as configured, for reports
-    path: str           # resolved when the config loads
-    args: tuple[templates.Template, ...]  # the arguments after the program
-    options_end: int    # index in args of the template's own `--`, or len(args)
-
-    def render(self, values: Mapping[str, Any], allow_dash: frozenset[str]) -> list[str]:
-        """Raises ToolError naming a placeholder without a value, OptionRefused
-        for a value that would be an option."""
-        argv = [self.path]
-        for index, template in enumerate(self.args):
-            argument = _argument(templates.render(template, values))
-            name = templates.leading_placeholder(template, values)
-            if argument.startswith("-") and index < self.options_end \
-                    and name is not None and name not in allow_dash:
-                raise OptionRefused(self.program, name, argument)
-            argv.append(argument)
-        return argv
-
-
-def parse_argv(key: str, argv: Any, names: frozenset[str]) -> Argv:
-    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
-        raise SettingError(key, "must be a non-empty list of strings: the program and "
-                                "its arguments")
-    if any(name is not None for _, name in templates.parse(key, argv[0], ())):
-        raise SettingError(key, "the program (argument 0) cannot be a placeholder")
-    args = tuple(templates.parse(key, arg, names, where=f"argument {index} {arg!r}: ")
-                 for index, arg in enumerate(argv[1:], 1))
-    program = templates.render(templates.parse(key, argv[0], ()), {})
-    if "/" in program and not os.path.isabs(program):
-        raise SettingError(key, f"program {program!r}: a name on PATH or an absolute path")
-    path = shutil.which(program)
-    if path is None:
-        raise SettingError(key, f"program {program!r} not found or not executable")
-    options_end = argv[1:].index(END_OF_OPTIONS) if END_OF_OPTIONS in argv[1:] else len(args)
-    return Argv(program, path, args, options_end)
-
-
 def _tool_argvs(tools: tuple[ToolSpec, ...], table: Any) -> dict[str, Argv]:
     if not isinstance(table, Mapping):
         raise SettingError("tool_argv", "must be a table: tool name = argv")
@@ -208,7 +149,7 @@ class CommandDevice(Device):
         self.refused = 0  # sentences not run: a value would have been an option
         self.last_run: dict[str, Any] | None = None
         self._one_run = trio.Lock()  # FIFO: runs start in the order they were asked for
-        self._speaking: tuple[tuple, trio.CancelScope] | None = None  # request key, its run
+        self._speaking: tuple[int, trio.CancelScope] | None = None  # Origin key, its run
         self.stops = 0  # runs a stop ended
 
     @classmethod
@@ -241,26 +182,27 @@ class CommandDevice(Device):
             raise FileNotFoundError(errno.ENOENT, "program not found or not executable",
                                     self.argv.path)
         task_status.started()
-        trigger = "sentence" if self.per == "sentence" else "done"
-        async for event in inbox:
-            if event.type == trigger:
-                text = event.text
-                if self.speech and trigger == "done":
+        trigger = replies.Sentence if self.per == "sentence" else replies.Done
+        async for delivery in inbox:
+            reply = delivery.reply
+            if type(reply) is trigger:
+                text = reply.text
+                if self.speech and trigger is replies.Done:
                     text = clean(text, self.speech)
-            elif event.type == "error":
-                text = event.data.get("message", "")
+            elif type(reply) is replies.Error:
+                text = reply.message
                 if self.speech:
                     text = clean(text, self.speech)
-            elif event.type == "tool_call" and self.speech and self.speech.speak_tool_calls:
-                text = tool_call_phrase(event.data.get("name"))
+            elif type(reply) is replies.ToolCall and self.speech and self.speech.speak_tool_calls:
+                text = tool_call_phrase(reply.name)
             else:
                 continue
             if text:
                 with trio.CancelScope() as scope:
-                    self._speaking = (request_key(event.request), scope)
+                    self._speaking = (delivery.origin.key, scope)
                     self.speech_changed()
                     try:
-                        await self._run_for(text, event.request.get("session") or "")
+                        await self._run_for(text, delivery.origin.session or "")
                     finally:
                         self._speaking = None
                         self.speech_changed()
@@ -269,11 +211,11 @@ class CommandDevice(Device):
     def speaking(self) -> bool:
         return self.speaks and self._speaking is not None
 
-    def silence(self, requests: frozenset | None) -> bool:
+    def silence(self, keys: frozenset[int] | None) -> bool:
         if self._speaking is None:
             return False
         key, scope = self._speaking
-        if requests is not None and key not in requests:
+        if keys is not None and key not in keys:
             return False
         scope.cancel()  # run_process's deliver_cancel signals the program's group
         self.stops += 1

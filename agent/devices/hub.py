@@ -1,94 +1,56 @@
-"""The device hub: where the replies of every ask go after the socket API,
-and where the model's tool calls reach a device.
+"""The device hub: a listener of the center (agent/core/center.py) that
+gives every reply of every ask to the devices, and the speech the center
+announces on and silences.
 
-- publish(): each reply goes into the inbox of every device that wants its
-  type, under the device's overflow policy; deltas are also cut into
-  sentences (one segmenter per device and ask) for devices that want those,
-  after cleaning them for speech for a device that speaks (its lines'
-  markdown is whole before the segmenter cuts them).
-  A device that is down gets nothing: its events are dropped and counted.
+- deliver(): each reply goes into the inbox of every device that wants its
+  kind, under the device's overflow policy, as a Delivery with its Origin;
+  deltas are also cut into Sentences (one segmenter per device and ask,
+  by the Origin's key) for devices that want those, after cleaning them
+  for speech for a device that speaks (its lines' markdown is whole before
+  the segmenter cuts them). A device that is down gets nothing: its
+  deliveries are dropped and counted.
 - run(): one supervisor task per device. run() of a device that raises is
-  reported (log, status, a `device` event to subscribers) and started again
-  after a backoff that doubles up to the device's restart_max_delay.
-- call_tool(): validates the model's arguments against the tool's schema
-  and runs the tool on its device under the tool's timeout. The tools of one
-  device run one at a time, in the order asked (the timeout starts when the
-  call's turn comes), so many calls at once never make a device run many
-  programs or commands at once. Every failure becomes an error result for
-  the model, never an exception.
-- A line typed on a device (prompt) becomes an ask, run in the hub's own
-  nursery so the device keeps reading while it is answered; a device's
-  announce and stop (a board's ANNOUNCE and STOP lines) go where the
-  socket API's do.
+  reported (log, status, a `device` reply to the listeners) and started
+  again after a backoff that doubles up to the device's restart_max_delay.
+- providers(): each device with tools is a tool provider (agent/tools/base.py)
+  while it runs; the toolbox validates and times its calls.
+- A line typed on a device (prompt) becomes an ask through the center, run
+  in the hub's own nursery so the device keeps reading while it is
+  answered; a device's announce and stop (a board's ANNOUNCE and STOP
+  lines) are the center's commands like any door's.
 - announce(): a text spoken on one or every speech device without the
-  model, given to each as the events of an answer (delta, its sentences,
-  done) under request {"announce": N}.
+  model, given to each as the deliveries of an answer (delta, its
+  sentences, done) under an Origin of the announce door.
 - silence(): what a stop does to the speech devices: the stopped asks'
-  queued events are dropped, and the rest of their events until their
-  done or error, and each device stops what it says at once.
+  queued deliveries are dropped, and the rest of theirs until their done
+  or error, and each device stops what it says at once.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import trio
 
-from agent.api import replies
-from agent.api.replies import ErrorCode
-from agent.devices.base import (SENTENCE, Common, Device, Event, Inbox, Requests, ToolError,
-                                ToolSpec)
-from agent.devices.segmenter import Segmenter, SegmenterConfig
-from agent.devices.speech_text import SpeechCleaner, SpeechOptions
-from agent.providers.requests import Tool
-from agent.stream.message import ToolCall
+from agent.core import replies
+from agent.core.commands import Announce, Ask, Door, Origin, Refused, StopAsks
+from agent.core.deliveries import Delivery
+from agent.core.replies import ErrorCode
+from agent.devices.base import Common, Device, DeviceSpec, Inbox, Requests, ToolSpec
+from agent.text.segmenter import Segmenter, SegmenterConfig
+from agent.text.speech import SpeechCleaner, SpeechOptions
 
 log = logging.getLogger("homeagent.devices")
 
 INITIAL_BACKOFF = 0.5
 STABLE_AFTER = 30.0          # a device that ran this long restarts with the initial backoff
 MAX_PENDING_PROMPTS = 4      # asks from one device waiting or running; more are refused
-RESULT_LIMIT = 16 * 1024     # characters of a tool result sent to the model
 DEFAULT_MAX_ANNOUNCE = 2000  # characters of an announcement (daemon.max_announce_chars)
-
-
-def request_key(request: Mapping[str, Any]) -> tuple:
-    """Which ask (or announcement) an event belongs to, whatever its session."""
-    return (request.get("client"), request.get("id"), request.get("device"),
-            request.get("wyoming"), request.get("announce"), request.get("mqtt"))
-
-
-class AnnounceError(Exception):
-    """An announcement that cannot be spoken: code is the socket API's."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """A configured device: its common settings, its class and own settings
-    (already checked once by the config loader through from_settings)."""
-    common: Common  # its tools include the type's own (Device.own_tools())
-    cls: type
-    settings: Mapping[str, Any]
-    secrets: tuple[str, ...] = ()  # Device.secrets(), read when the config loaded
-
-    def build(self) -> Device:
-        return self.cls.from_settings(self.common, self.settings)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    content: str
-    is_error: bool
 
 
 class DeviceState(enum.Enum):
@@ -99,7 +61,8 @@ class DeviceState(enum.Enum):
 
 # An ask's replies that end what a segmenter has of its text.
 _ENDS_TEXT = (replies.ToolCall, replies.Done, replies.Error)
-_ENDS_ASK = (replies.Done, replies.Error)
+_ENDS_ASK = replies.ENDS_ASK
+SENTENCE = replies.Sentence.type
 
 
 @dataclass(eq=False)
@@ -111,9 +74,8 @@ class _Running:
     restarts: int = 0
     last_error: str | None = None
     prompts: int = 0
-    segmenters: dict = field(default_factory=dict)  # request key -> _Sentences
-    stopped: set = field(default_factory=set)  # request keys silenced until their done or error
-    tool_turn: trio.Lock = field(default_factory=trio.Lock)  # one tool run at a time, FIFO
+    segmenters: dict = field(default_factory=dict)  # Origin key -> _Sentences
+    stopped: set = field(default_factory=set)  # Origin keys silenced until their done or error
 
 
 class _Sentences:
@@ -150,11 +112,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-AskHook = Callable[[str, str], Awaitable[None]]        # (device name, prompt)
-StateHook = Callable[[replies.Device], None]          # for subscribers
-StopHook = Callable[[str], Awaitable[None]]            # (device name): stop everything
-
-
 class _Link(Requests):
     """A device's requests to the daemon (its run()'s `prompt`)."""
 
@@ -167,35 +124,52 @@ class _Link(Requests):
     async def announce(self, text: str) -> None:
         name = self._running.device.name
         try:
-            spoken_on = await self._hub.announce(text)
-        except AnnounceError as refusal:
+            spoken_on = await self._hub.center.announce(Announce(text))
+        except Refused as refusal:
             log.warning("device %s: an announcement was refused: %s: %s", name,
                         refusal.code.value, refusal)
             return
         log.info("device %s: announcement on %s", name, ", ".join(spoken_on))
 
     async def stop(self) -> None:
-        if self._hub._stop is not None:
-            await self._hub._stop(self._running.device.name)
+        await self._hub.center.stop(StopAsks(f"device {self._running.device.name}"))
+
+
+class _DeviceTools:
+    """A device with tools, as a tool provider: available while it runs."""
+
+    def __init__(self, running: _Running) -> None:
+        self._running = running
+        self.name = f"device {running.device.name}"
+
+    def offered(self) -> tuple[ToolSpec, ...]:
+        return self._running.device.common.tools
+
+    def unavailable(self) -> str | None:
+        running = self._running
+        if running.state is DeviceState.RUNNING:
+            return None
+        return (f"device {running.device.name} is not available ({running.state.value}: "
+                f"{running.last_error or 'starting'})")
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        return await self._running.device.call_tool(name, arguments)
+
+    def status(self) -> dict[str, Any]:
+        return {}
 
 
 class DeviceHub:
     def __init__(self, specs: Mapping[str, DeviceSpec],
                  max_announce_chars: int = DEFAULT_MAX_ANNOUNCE) -> None:
         self.max_announce_chars = max_announce_chars
-        self._announcements = itertools.count(1)
         self._devices: dict[str, _Running] = {}
-        self._tools: dict[str, tuple[str, ToolSpec]] = {}
         for name, spec in specs.items():
             common = spec.common
             self._devices[name] = _Running(spec.build(), Inbox(common.queue, common.overflow,
                                                                  common.block_timeout))
-            for tool in common.tools:
-                self._tools[tool.name] = (name, tool)
         self._nursery: trio.Nursery | None = None
-        self._ask: AskHook | None = None
-        self._on_state: StateHook | None = None
-        self._stop: StopHook | None = None
+        self.center = None  # the daemon's Center, from run() on
         self._on_speech: Callable[[], None] | None = None
         self._speaking = False
         self._speech_check = False  # a check of `speaking` is scheduled
@@ -205,10 +179,15 @@ class DeviceHub:
 
     # ---- running the devices ----
 
-    async def run(self, ask: AskHook, on_state: StateHook, stop: StopHook | None = None,
-                  task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Supervise every device until cancelled."""
-        self._ask, self._on_state, self._stop = ask, on_state, stop
+    def providers(self) -> list[_DeviceTools]:
+        """The devices that offer tools, as tool providers."""
+        return [_DeviceTools(running) for running in self._devices.values()
+                if running.device.common.tools]
+
+    async def run(self, center, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Supervise every device until cancelled; their prompts, announces
+        and stops go to center, their states to its listeners."""
+        self.center = center
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for running in self._devices.values():
@@ -247,8 +226,8 @@ class DeviceHub:
                         error, retry_in)
         else:
             log.info("device %s %s", running.device.name, state.value)
-        if self._on_state is not None:
-            self._on_state(replies.Device(running.device.name, state.value, error, retry_in))
+        if self.center is not None:
+            self.center.notice(replies.Device(running.device.name, state.value, error, retry_in))
 
     async def _prompt(self, running: _Running, text: str) -> None:
         name = running.device.name
@@ -260,20 +239,25 @@ class DeviceHub:
         self._nursery.start_soon(self._device_ask, running, text)
 
     async def _device_ask(self, running: _Running, text: str) -> None:
+        name = running.device.name
+        center = self.center
         try:
-            await self._ask(running.device.name, text)
+            origin = center.origin(Door.DEVICE, name, f"device-{name}")
+            await center.ask(Ask(origin, text, who=f"device {name}"), _ignore)
         finally:
             running.prompts -= 1
 
-    # ---- events ----
+    # ---- deliveries ----
 
-    async def publish(self, reply: replies.Reply, request: Mapping[str, Any]) -> None:
+    def notice(self, reply: replies.Reply) -> None:
+        """A reply of no ask (a device's state): not for the devices."""
+
+    async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
         """One reply of an ask to every device that wants it."""
         kind = reply.type
-        data, request = replies.outgoing(reply.fields()), replies.outgoing(request)
-        key = request_key(request)
-        is_delta = isinstance(reply, replies.Delta)
-        spoken_elsewhere = request.get("speak_on") is not None  # on another board
+        key = origin.key
+        is_delta = type(reply) is replies.Delta
+        spoken_elsewhere = origin.speak_on is not None  # on another board
         for running in self._devices.values():
             wants = running.device.common.events
             if spoken_elsewhere and running.device.speaks:
@@ -289,10 +273,11 @@ class DeviceHub:
                 if isinstance(reply, _ENDS_ASK):
                     running.segmenters.pop(key, None)  # its half sentence goes too
                 continue
-            events = [Event(kind, data, request)] if kind in wants else []
+            events = [Delivery(reply, origin)] if kind in wants else []
             if SENTENCE in wants and (is_delta or isinstance(reply, _ENDS_TEXT)):
-                sentences = [Event(SENTENCE, {"text": sentence}, request) for sentence
-                             in self._sentences(running, key, is_delta, data.get("text", ""))]
+                text = reply.text if is_delta else ""
+                sentences = [Delivery(replies.Sentence(sentence), origin) for sentence
+                             in self._sentences(running, key, is_delta, text)]
                 # The text before a tool call, or the answer's last sentences,
                 # come before the tool call, done or error.
                 events = events + sentences if is_delta else sentences + events
@@ -343,115 +328,66 @@ class DeviceHub:
         return [r for r in self._devices.values() if r.device.speaks]
 
     def _chosen(self, device: str | None) -> list[_Running]:
-        """Where an announcement goes; AnnounceError when nowhere."""
+        """Where an announcement goes; Refused when nowhere."""
         speech = ", ".join(r.device.name for r in self._speech()) or "none"
         if device is None:
             running = [r for r in self._speech() if r.state is DeviceState.RUNNING]
             if not running:
-                raise AnnounceError(ErrorCode.NO_SPEECH_DEVICE, "no speech device is running "
+                raise Refused(ErrorCode.NO_SPEECH_DEVICE, "no speech device is running "
                                     f"(speech devices: {speech})")
             return running
         chosen = self._devices.get(device)
         if chosen is None:
-            raise AnnounceError(ErrorCode.UNKNOWN_DEVICE, f"no device named {device!r} "
+            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device named {device!r} "
                                 f"(speech devices: {speech})")
         if not chosen.device.speaks:
-            raise AnnounceError(ErrorCode.NOT_A_SPEECH_DEVICE, f"device {device} is of type "
+            raise Refused(ErrorCode.NOT_A_SPEECH_DEVICE, f"device {device} is of type "
                                 f"{chosen.device.kind}, which does not speak (speech devices: "
                                 f"{speech})")
         if chosen.state is not DeviceState.RUNNING:
-            raise AnnounceError(ErrorCode.DEVICE_UNAVAILABLE, f"device {device} is "
+            raise Refused(ErrorCode.DEVICE_UNAVAILABLE, f"device {device} is "
                                 f"{chosen.state.value} ({chosen.last_error or 'starting'})")
         return [chosen]
 
-    async def announce(self, text: str, device: str | None = None) -> list[str]:
+    async def announce(self, text: str, device: str | None, origin: Origin) -> list[str]:
         """Speak text on the named speech device, or on every one running;
-        the names it was given to. Raises AnnounceError."""
+        the names it was given to. Raises Refused."""
         if len(text) > self.max_announce_chars:
-            raise AnnounceError(ErrorCode.TEXT_TOO_LONG, f"the text has {len(text)} "
+            raise Refused(ErrorCode.TEXT_TOO_LONG, f"the text has {len(text)} "
                                 f"characters, more than daemon.max_announce_chars "
                                 f"({self.max_announce_chars})")
         chosen = self._chosen(device)
-        request = {"announce": next(self._announcements)}
         for running in chosen:
             common = running.device.common
             wants = common.events
-            events = [Event(replies.Delta.type, {"text": text}, request)] \
+            events = [Delivery(replies.Delta(text), origin)] \
                 if replies.Delta.type in wants else []
             if SENTENCE in wants:  # cleaned for speech and cut as an answer's text is
                 sentences = _Sentences(common, running.device.speech)
-                events += [Event(SENTENCE, {"text": sentence}, request)
+                events += [Delivery(replies.Sentence(sentence), origin)
                            for sentence in [*sentences.feed(text), *sentences.close()]]
             if replies.Done.type in wants:
-                events.append(Event(replies.Done.type, {"text": text}, request))
+                events.append(Delivery(_announced(text), origin))
             for event in events:
                 await running.inbox.put(event)
         return [running.device.name for running in chosen]
 
-    def silence(self, requests: list[Mapping[str, Any]], everything: bool) -> list[str]:
-        """Stopped asks (their requests, as publish() is given them) off every
-        speech device: what they queued is dropped, so is the rest of their
-        events, and the devices stop saying them at once; with everything,
-        whatever the speech devices have queued or say. The names of the
-        devices that were saying something."""
-        keys = frozenset(request_key(replies.outgoing(r)) for r in requests)
+    def silence(self, origins: list[Origin], everything: bool) -> list[str]:
+        """Stopped asks off every speech device: what they queued is dropped,
+        so is the rest of their deliveries, and the devices stop saying them
+        at once; with everything, whatever the speech devices have queued or
+        say. The names of the devices that were saying something."""
+        keys = frozenset(origin.key for origin in origins)
         silenced = []
         for running in self._speech():
             running.stopped |= keys
-            running.inbox.discard(lambda event: everything
-                                  or request_key(event.request) in keys)
+            running.inbox.discard(lambda event: everything or event.origin.key in keys)
             for key in list(running.segmenters) if everything else keys:
                 running.segmenters.pop(key, None)
             if running.state is DeviceState.RUNNING \
                     and running.device.silence(None if everything else keys):
                 silenced.append(running.device.name)
         return silenced
-
-    # ---- tools ----
-
-    def tools(self) -> list[Tool]:
-        """The tools of the devices that are running, for the next request."""
-        return [Tool(spec.name, spec.description, spec.parameters)
-                for name, spec in self._tools.values()
-                if self._devices[name].state is DeviceState.RUNNING]
-
-    async def call_tool(self, call: ToolCall) -> ToolOutcome:
-        if call.error is not None:
-            return ToolOutcome(f"the arguments were not usable ({call.error.value}: "
-                               f"{call.error_detail or 'no detail'}); nothing was run", True)
-        entry = self._tools.get(call.name or "")
-        if entry is None:
-            known = ", ".join(sorted(self._tools)) or "none"
-            return ToolOutcome(f"there is no tool named {call.name!r} (tools: {known})", True)
-        from agent.devices.schema import validate
-
-        device_name, spec = entry
-        problems = validate(call.parsed, spec.parameters)
-        if problems:
-            return ToolOutcome("invalid arguments, nothing was run: " + "; ".join(problems),
-                               True)
-        running = self._devices[device_name]
-        async with running.tool_turn:
-            return await self._run_tool(running, spec, call.parsed)
-
-    @staticmethod
-    async def _run_tool(running: _Running, spec: ToolSpec, arguments) -> ToolOutcome:
-        device_name = running.device.name
-        if running.state is not DeviceState.RUNNING:  # checked when its turn comes
-            return ToolOutcome(f"device {device_name} is not available ({running.state.value}: "
-                               f"{running.last_error or 'starting'})", True)
-        try:
-            with trio.fail_after(spec.timeout):
-                content = await running.device.call_tool(spec.name, arguments)
-        except trio.TooSlowError:
-            return ToolOutcome(f"{spec.name} did not finish within {spec.timeout:g} s", True)
-        except ToolError as exc:
-            return ToolOutcome(str(exc)[:RESULT_LIMIT], True)
-        except Exception as exc:
-            log.exception("device %s: tool %s failed", device_name, spec.name)
-            return ToolOutcome(f"{spec.name} failed in the device handler: "
-                               f"{type(exc).__name__}", True)
-        return ToolOutcome(str(content)[:RESULT_LIMIT], False)
 
     # ---- status ----
 
@@ -461,7 +397,16 @@ class DeviceHub:
                  "seconds_in_state": round(now - r.since, 3), "restarts": r.restarts,
                  "last_error": r.last_error, "queued": len(r.inbox), "dropped": r.inbox.dropped,
                  "coalesced": r.inbox.coalesced,
-                 "tools": [spec.name for dev, spec in self._tools.values() if dev == name],
+                 "tools": [spec.name for spec in r.device.common.tools],
                  **({"speaking": r.device.speaking} if r.device.speaks else {}),
                  **r.device.status()}
                 for name, r in self._devices.items()]
+
+
+async def _ignore(reply: replies.Reply) -> None:
+    """A device's own ask: its replies reach it as everyone's do, through deliver()."""
+
+
+def _announced(text: str) -> replies.Done:
+    """The done that ends an announcement for a device that takes dones."""
+    return replies.Done(None, None, None, None, text, 0, 0)

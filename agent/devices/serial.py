@@ -29,9 +29,11 @@ import trio
 from agent import __version__
 from agent.devices import serial_protocol as wire
 from agent.devices import templates
-from agent.devices.base import (Common, Device, Event, Inbox, Prompt, SettingError, ToolError,
+from agent.core import replies
+from agent.core.deliveries import Delivery
+from agent.devices.base import (Common, Device, Inbox, Prompt, SettingError, ToolError,
                                 refuse_unknown)
-from agent.service.config_reader import Reader
+from agent.settings.reader import Reader
 
 log = logging.getLogger("homeagent.devices.serial")
 
@@ -39,7 +41,7 @@ READ_SIZE = 4096
 
 _PARITIES = ("N", "E", "O", "M", "S")
 _STOPBITS = (1, 1.5, 2)
-_SEND = {"sentences": "sentence", "deltas": "delta", "nothing": None}
+_SEND = {"sentences": replies.Sentence, "deltas": replies.Delta, "nothing": None}
 _READ = ("prompts", "ignore")
 _SETTINGS = ("port", "baudrate", "bytesize", "parity", "stopbits", "send", "read",
              "write_timeout", "max_line", "commands")
@@ -81,7 +83,7 @@ class SerialDevice(Device):
         self.port = port
         self._open_args = dict(baudrate=baudrate, bytesize=bytesize, parity=parity,
                                stopbits=stopbits)
-        self._text_type = _SEND[send]
+        self._text = _SEND[send]  # the reply class whose text goes out as TEXT
         self._read_prompts = read == "prompts"
         self._write_timeout = write_timeout
         self._max_line = max_line
@@ -100,9 +102,9 @@ class SerialDevice(Device):
             raise SettingError("port", "required: the device path, e.g. /dev/serial/by-id/...")
         reader = Reader(settings, SettingError)
         send = reader.choice("send", tuple(_SEND), "sentences")
-        text_type = _SEND[send]
-        if text_type is not None and text_type not in common.events:
-            raise SettingError("send", f"{send!r} needs {text_type!r} in events")
+        text = _SEND[send]
+        if text is not None and text.type not in common.events:
+            raise SettingError("send", f"{send!r} needs {text.type!r} in events")
         no_line = sorted(common.events & {"tool_call", "tool_result"})
         if no_line:
             raise SettingError("events", f"the serial protocol has no line for {no_line[0]}")
@@ -218,18 +220,19 @@ class SerialDevice(Device):
             if message is not None:
                 await lines.send(message)
 
-    def _message(self, event: Event) -> wire.DaemonMessage | None:
-        data = event.data
-        if event.type == "started":
-            return wire.Start(data.get("session", ""))
-        if event.type == self._text_type and event.text:
-            return wire.Text(event.text)
-        if event.type == "reasoning" and event.text:
-            return wire.Reasoning(event.text)
-        if event.type == "done":
-            return wire.Done(data.get("finish_reason", ""))
-        if event.type == "error":
-            return wire.Error(data.get("code", ""), data.get("message", ""))
+    def _message(self, delivery: Delivery) -> wire.DaemonMessage | None:
+        reply = delivery.reply
+        match reply:
+            case replies.Started(session=session):
+                return wire.Start(session)
+            case replies.Reasoning(text=text) if text:
+                return wire.Reasoning(text)
+            case replies.Done(finish_reason=finish_reason):
+                return wire.Done(finish_reason or "")  # an announcement's has none
+            case replies.Error(code=code, message=message):
+                return wire.Error(code, message)
+        if type(reply) is self._text and reply.text:  # a Delta or Sentence, by `send`
+            return wire.Text(reply.text)
         return None  # the other text type, with `send` choosing one
 
     # ---- lines from the device ----

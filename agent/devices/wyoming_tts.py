@@ -13,7 +13,7 @@ One task reads the server's events and hands their audio to the sink
 through a buffer bounded by `max_buffered_seconds` of audio: when it is
 full, reading stops and TCP holds the server back. Reasoning is never
 spoken (the device does not take `reasoning` events). The text is cleaned
-for speech (agent/devices/speech_text.py): the hub cleans the sentences it
+for speech (agent/text/speech.py): the hub cleans the sentences it
 cuts for the device, and the deltas to a streaming server are cleaned here,
 each answer by its own cleaner, so markdown split across deltas is still
 recognised; a tool call is spoken only with speak_tool_calls.
@@ -71,12 +71,13 @@ from typing import Any, Mapping
 
 import trio
 
-from agent import wyoming
-from agent.devices.base import (SPEECH_KEYS, Common, Device, Event, Inbox, Prompt,
+from agent.core import replies
+from agent.core.deliveries import Delivery
+from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt,
                                 SettingError, refuse_unknown, speech_options)
-from agent.devices.command import Argv, parse_argv
-from agent.devices.hub import request_key
-from agent.devices.speech_text import SpeechCleaner, SpeechOptions, tool_call_phrase
+from agent.devices.templates import Argv, parse_argv
+from agent.text.speech import SpeechCleaner, SpeechOptions, tool_call_phrase
+from agent.wyoming import framing as wyoming
 from agent.jsontypes import is_type
 
 log = logging.getLogger("homeagent.devices")
@@ -192,7 +193,7 @@ class WyomingSpeech(Device):
         # carries (from their first event to their done or error), the
         # requests the server has still to answer, the player, the audio buffer.
         self._connection = trio.CancelScope()
-        self._carried: set[tuple] = set()
+        self._carried: set[int] = set()  # Origin keys
         self._awaiting = 0
         self._streams = False
         self._player: _Sink | None = None
@@ -325,22 +326,23 @@ class WyomingSpeech(Device):
 
     async def _send_text(self, stream, inbox: Inbox, streams: bool) -> None:
         voice = {"voice": self.voice} if self.voice else {}
-        open_answers: dict[tuple, _StreamedAnswer] = {}
-        async for event in inbox:
-            key = request_key(event.request)
-            if event.type == "tool_call":
+        open_answers: dict[int, _StreamedAnswer] = {}
+        async for delivery in inbox:
+            key, reply = delivery.origin.key, delivery.reply
+            kind = type(reply)
+            if kind is replies.ToolCall:
                 if not (self.speech and self.speech.speak_tool_calls):
                     continue
-                phrase = tool_call_phrase(event.data.get("name"))
+                phrase = tool_call_phrase(reply.name)
                 if streams:
                     answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
                     await self._stream(stream, answer, answer.close() + f"\n{phrase}\n", voice)
                 elif phrase:
                     await self._send(stream, "synthesize", {"text": phrase, **voice})
-            elif streams and event.type == "delta" and event.text:
+            elif streams and kind is replies.Delta and reply.text:
                 answer = open_answers.setdefault(key, _StreamedAnswer(self.speech))
-                await self._stream(stream, answer, answer.feed(event.text), voice)
-            elif streams and event.type in ("done", "error") and key in open_answers:
+                await self._stream(stream, answer, answer.feed(reply.text), voice)
+            elif streams and kind in replies.ENDS_ASK and key in open_answers:
                 answer = open_answers.pop(key)
                 await self._stream(stream, answer, answer.close(), voice)
                 if answer.started:
@@ -348,8 +350,8 @@ class WyomingSpeech(Device):
                                                             **voice})
                     await self._send(stream, "synthesize-stop", {})
                     self.answers += 1
-            elif not streams and event.type == "sentence" and event.text.strip():
-                await self._send(stream, "synthesize", {"text": event.text, **voice})
+            elif not streams and kind is replies.Sentence and reply.text.strip():
+                await self._send(stream, "synthesize", {"text": reply.text, **voice})
                 self.sentences += 1
 
     async def _stream(self, stream, answer: _StreamedAnswer, text: str, voice: dict) -> None:
@@ -430,9 +432,9 @@ class WyomingSpeech(Device):
         queued = self._audio is not None and self._audio.receive.statistics().current_buffer_used
         return not (self._awaiting or self._player is not None or queued)
 
-    def silence(self, requests: frozenset | None) -> bool:
-        saying = self._carried if requests is None else requests & self._carried
-        if not saying and (requests is not None or self._quiet()):
+    def silence(self, keys: frozenset[int] | None) -> bool:
+        saying = self._carried if keys is None else keys & self._carried
+        if not saying and (keys is not None or self._quiet()):
             return False
         if self._player is not None:
             self._player.kill()  # now: not at the end of what it has buffered
@@ -465,24 +467,24 @@ class WyomingSpeech(Device):
 
 
 class _Noting:
-    """A device's inbox as _send_text reads it, noting the requests whose
-    text the connection carries: from their first event until their done or
+    """A device's inbox as _send_text reads it, noting the asks whose text
+    the connection carries: from their first delivery until their done or
     error has been handled."""
 
     def __init__(self, inbox: Inbox, carried: set) -> None:
         self._inbox, self._carried = inbox, carried
-        self._ended: tuple | None = None
+        self._ended: int | None = None
 
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> Event:
+    async def __anext__(self) -> Delivery:
         self._carried.discard(self._ended)
-        event = await self._inbox.get()
-        key = request_key(event.request)
+        delivery = await self._inbox.get()
+        key = delivery.origin.key
         self._carried.add(key)
-        self._ended = key if event.type in ("done", "error") else None
-        return event
+        self._ended = key if isinstance(delivery.reply, replies.ENDS_ASK) else None
+        return delivery
 
 
 class _Sink:

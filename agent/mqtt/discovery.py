@@ -13,7 +13,7 @@ import json
 
 from agent import __version__
 from agent.mqtt.topics import Topics
-from agent.service.config_schema import MqttConfig
+from agent.mqtt.config import MqttConfig
 
 EVENT_TYPES = ("answer", "tool_call")
 TEXT_MAX = 255  # Home Assistant's limit for a text entity's value

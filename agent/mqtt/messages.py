@@ -4,8 +4,9 @@ messages it publishes (topic tree version 1, docs/mqtt.md). Sans-IO.
 A payload is checked for size before it is parsed, parsed by the daemon's
 strict JSON scanner, and must be an object of the topic's fields and types
 exactly: anything else is a Refusal with a named code, which the shell
-publishes on the error topic. Outgoing text passes replies.outgoing (the
-masking step) here, and nowhere else.
+publishes on the error topic. The replies of asks come masked from the
+center; what this module adds to them (the asker's id and session, a
+refusal's text) passes the masking edge (agent/core/edge.py) here.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agent.api import replies
-from agent.devices.segmenter import Segmenter, SegmenterConfig
+from agent.core import replies
+from agent.core.edge import outgoing
+from agent.jsonline import dump_line
+from agent.text.segmenter import Segmenter, SegmenterConfig
 from agent.mqtt.topics import BOARD_NAME, Topics
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError, loads_flagged
 
@@ -104,7 +107,7 @@ def parse(kind: str, payload: bytes, max_payload: int) -> Ask | Announce | Stop 
 
 
 def error_message(topic: str, refusal: Refusal) -> dict[str, Any]:
-    return replies.outgoing({"topic": topic, "error": refusal.code.value,
+    return outgoing({"topic": topic, "error": refusal.code.value,
                              "message": refusal.message})
 
 
@@ -124,14 +127,14 @@ class SpokenElsewhere:
         return []
 
     def on(self, reply: replies.Reply) -> list[tuple[str, dict]]:
-        return [(self.topic, replies.outgoing({"text": sentence}))
+        return [(self.topic, outgoing({"text": sentence}))
                 for sentence in self.sentences(reply)]
 
 
 class AskMessages:
     """One ask's replies as (topic, payload object) to publish: a sentence
     on answer as each is cut, done, tool calls and their results, errors; deltas only with
-    deltas on. Every string goes through replies.outgoing."""
+    deltas on. Every string goes through the masking edge."""
 
     def __init__(self, topics: Topics, ask_id: str, session: str, *, deltas: bool) -> None:
         self.topics = topics
@@ -172,8 +175,8 @@ class AskMessages:
         elif isinstance(reply, replies.Error):
             out.append((topics.error, {"topic": topics.ask, "error": reply.code.value,
                                        "message": reply.message, **self._head()}))
-        return [(topic, replies.outgoing(payload)) for topic, payload in out]
+        return [(topic, outgoing(payload)) for topic, payload in out]
 
 
 def encode(payload: dict[str, Any]) -> bytes:
-    return replies.dump_line(payload)[:-1]
+    return dump_line(payload)[:-1]

@@ -7,8 +7,8 @@ repr. User and group names are resolved when the config is loaded, so an
 unknown name stops the daemon at start rather than at the first client.
 
 This module reads the file; what it reads into is config_schema.py, the
-typed reads of a table are config_reader.py and the line of a key in the
-text is found by config_lines.py.
+typed reads of a table are agent/settings/reader.py and the line of a key in the
+text is found by agent/settings/lines.py.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ import tomllib
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from agent import wyoming
 from agent.devices import device_types
-from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
-from agent.devices.hub import DeviceSpec
+from agent.devices.base import (EVENT_TYPES, Common, Device, DeviceSpec, Overflow, SettingError,
+                                ToolSpec)
 from agent.masking import MIN_SECRET_CHARS
+from agent.mqtt.config import MqttConfig, MqttTls
 from agent.providers.health import Policy, fallback_cycle
 from agent.providers.requests import SECRET_HEADERS, Provider
-from agent.service.config_lines import syntax_error
-from agent.service.config_reader import ConfigError, Source, Table, describe, is_toml
-from agent.service.config_schema import (Config, DaemonConfig, MqttConfig, MqttTls,
-                                         ProviderEntry, SessionConfig, WyomingConfig)
+from agent.service.config_schema import Config, DaemonConfig, ProviderEntry, SessionConfig
+from agent.settings.lines import syntax_error
+from agent.settings.reader import ConfigError, Source, Table, describe, is_toml
+from agent.wyoming import framing as wyoming
+from agent.wyoming.config import WyomingConfig
 
 DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
@@ -111,11 +112,14 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
     sessions = _sessions(root.table("sessions", _SESSION_KEYS))
     warnings: list[str] = []
     providers = _providers(root.table("providers"), environ, os.path.dirname(path), warnings)
-    devices = _devices(root.table("devices"))
+    tables = _devices(root.table("devices"))
+    devices = {name: spec for name, spec in tables.items() if issubclass(spec.cls, Device)}
     return Config(path=path, daemon=daemon, sessions=sessions,
                   providers=MappingProxyType(providers),
                   default_provider=_default_provider(root, providers),
                   devices=MappingProxyType(devices),
+                  tool_providers=MappingProxyType({name: spec for name, spec in tables.items()
+                                                   if name not in devices}),
                   wyoming=_wyoming(root.table("wyoming", _WYOMING_KEYS)),
                   mqtt=_mqtt(root.table("mqtt", _MQTT_KEYS), environ, os.path.dirname(path),
                              warnings),
@@ -296,10 +300,13 @@ def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:
     """[devices.NAME]: the common keys here, the rest checked by the device
-    type's own from_settings; tool names are unique across devices."""
+    type's own from_settings; tool names are unique across devices. A
+    `homeassistant` table is a tool provider, not a device."""
     if not table.values:
         return {}
-    types = device_types()
+    from agent.tools.homeassistant import HomeAssistantTools
+
+    types = {**device_types(), HomeAssistantTools.kind: HomeAssistantTools}
     devices: dict[str, DeviceSpec] = {}
     tool_names: set[str] = set()
     for name in table.values:
@@ -344,7 +351,7 @@ def _devices(table: Table) -> dict[str, DeviceSpec]:
 
 
 def _tool(device: Table, index: int, value: Any, seen: set[str]) -> ToolSpec:
-    from agent.devices.schema import SchemaError, check_schema
+    from agent.tools.schema import SchemaError, check_schema
 
     if not isinstance(value, dict):
         raise device.error("tools", f"tools[{index}] must be a table")

@@ -1,5 +1,6 @@
 """What a loaded config is: frozen dataclasses, one per table of the TOML file
-(agent/service/config.py reads and checks the file into these)."""
+(agent/service/config.py reads and checks the file into these). The doors'
+own tables are beside their doors: agent/mqtt/config.py, agent/wyoming/config.py."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from agent.devices.hub import DeviceSpec
+from agent.devices.base import DeviceSpec
+from agent.mqtt.config import MqttConfig
 from agent.providers.health import Policy
 from agent.providers.requests import Provider
+from agent.wyoming.config import WyomingConfig
 
 
 @dataclass(frozen=True)
@@ -52,51 +55,6 @@ class SessionConfig:
 
 
 @dataclass(frozen=True)
-class WyomingConfig:
-    """[wyoming]: the conversation service (agent/api/wyoming_service.py).
-    listen is ("tcp", host, port), ("unix", path, 0) or None: off."""
-    listen: tuple[str, str, int] | None = None
-    allow: tuple = ()           # ipaddress networks allowed besides loopback
-    max_connections: int = 8
-    languages: tuple[str, ...] = ("en",)
-
-
-@dataclass(frozen=True)
-class MqttTls:
-    ca_file: str
-    cert_file: str | None = None  # a client certificate, with key_file
-    key_file: str | None = None
-
-
-@dataclass(frozen=True)
-class MqttConfig:
-    """[mqtt]: the board on the house's broker (agent/mqtt/, docs/mqtt.md).
-    Off unless broker or unix is set. password is read from password_file
-    at load and masked like the API keys (Config.secrets)."""
-    broker: str | None = None
-    port: int = 1883
-    unix: str | None = None
-    tls: MqttTls | None = None
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    board: str = "homeagent"
-    client_id: str = "homeagent-homeagent"
-    prefix: str = "homeagent"
-    keepalive: int = 60
-    reconnect_min: float = 1.0
-    reconnect_max: float = 60.0
-    max_payload: int = 16 * 1024
-    max_asks: int = 4
-    deltas: bool = False
-    discovery: bool = True
-    discovery_prefix: str = "homeassistant"
-
-    @property
-    def enabled(self) -> bool:
-        return self.broker is not None or self.unix is not None
-
-
-@dataclass(frozen=True)
 class Config:
     path: str
     daemon: DaemonConfig
@@ -104,6 +62,9 @@ class Config:
     providers: Mapping[str, ProviderEntry]
     default_provider: str
     devices: Mapping[str, DeviceSpec] = field(default_factory=lambda: MappingProxyType({}))
+    # tool providers configured in a device's table (type = "homeassistant")
+    tool_providers: Mapping[str, DeviceSpec] = field(
+        default_factory=lambda: MappingProxyType({}))
     wyoming: WyomingConfig = WyomingConfig()
     mqtt: MqttConfig = MqttConfig()
     # What the daemon can run with but should not: logged at start and on
@@ -115,5 +76,7 @@ class Config:
         credentials and the broker's password: what the masker hides."""
         keys = tuple(secret for entry in self.providers.values()
                      for secret in entry.provider.secrets())
-        devices = tuple(secret for spec in self.devices.values() for secret in spec.secrets)
+        devices = tuple(secret for spec in (*self.devices.values(),
+                                            *self.tool_providers.values())
+                        for secret in spec.secrets)
         return keys + devices + ((self.mqtt.password,) if self.mqtt.password else ())

@@ -1,5 +1,10 @@
-"""`homeagent serve`: the daemon. One trio nursery holds the socket API
-server (and through it every connection and ask), the signal handler, the
+"""`homeagent serve`: the daemon, where the parts are wired. It builds the
+center (agent/core/center.py) with the runner, the toolbox with its tool
+providers (the devices that have tools, the Home Assistant tool), the
+device hub, and the doors (the socket API, Wyoming, MQTT), and adds the
+center's listeners in their stated order: the socket's subscribers, the
+device hub, the MQTT board. One trio nursery holds the doors (and through
+them every connection and ask), the devices, the signal handler, the
 watchdog and the status reporter; one httpx.AsyncClient carries every
 upstream request so keep-alive connections are reused. It is made at the
 first request (LazyHttp): an idle daemon holds neither httpx nor a TLS
@@ -32,14 +37,16 @@ from typing import Mapping
 import trio
 
 from agent import __version__, masking
-from agent.api.replies import PROTOCOL_VERSION
 from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
+from agent.api.wire import PROTOCOL_VERSION
+from agent.core.center import Center
 from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
 from agent.session.runner import Runner, AskLimits, Upstream
 from agent.session.store import SessionStore, StorageError
+from agent.tools.base import Toolbox
 
 log = logging.getLogger("homeagent.daemon")
 
@@ -182,28 +189,43 @@ class _Daemon:
         self.reloads = 0
         self.reload_error: str | None = None
         self.devices = DeviceHub(config.devices, daemon.max_announce_chars)
+        # Tool providers in this order: a tool name offered twice is the first's.
+        self.toolbox = Toolbox()
+        for provider in self.devices.providers():
+            self.toolbox.add(provider)
+        self.tool_providers = [spec.build() for spec in config.tool_providers.values()]
+        for provider in self.tool_providers:
+            self.toolbox.add(provider)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
-                             config.sessions.system_prompt, self.devices,
+                             config.sessions.system_prompt, self.toolbox,
                              ask_limits_of(config))
+        self.center = Center(self.runner)
+        self.center.speech = self.devices
         self.client_ceiling = client_ceiling()
-        self.server = ApiServer(self.runner, server_name=f"homeagent {__version__}",
+        self.server = ApiServer(self.center, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
-                                limits=self.limits(daemon), devices=self.devices,
-                                status_extra=self.status_extra)
+                                limits=self.limits(daemon), status_extra=self.status_extra)
         # Home Assistant's conversation agent, when [wyoming] listen is set
         # (imported only then)
         self.wyoming = None
         if config.wyoming.listen:
-            from agent.api.wyoming_service import ConversationService
+            from agent.wyoming.service import ConversationService
 
-            self.wyoming = ConversationService(self.server.bus, config.wyoming, __version__)
+            self.wyoming = ConversationService(self.center, config.wyoming, __version__)
         # the board on the house's MQTT broker, when [mqtt] broker or unix is set
         self.mqtt = None
         if config.mqtt.enabled:
-            from agent.api.mqtt_service import MqttService
+            from agent.mqtt.service import MqttService
 
-            self.mqtt = MqttService(self.server.bus, config.mqtt, __version__)
-            self.server.bus.boards = self.mqtt
+            self.mqtt = MqttService(self.center, config.mqtt, __version__, self.devices)
+            self.center.boards = self.mqtt
+        # The listeners, in order: subscribers see a reply first; the devices
+        # next (at an answer's done they queue its last sentences); the board
+        # last, so its state then reads speaking, not idle.
+        self.center.add_listener(self.server.subscribers)
+        self.center.add_listener(self.devices)
+        if self.mqtt is not None:
+            self.center.add_listener(self.mqtt)
 
     def limits(self, daemon) -> Limits:
         """The server's limits from the config, max_clients within what the
@@ -221,7 +243,7 @@ class _Daemon:
         config = self.config
         wyoming_listeners = []
         if self.wyoming is not None:
-            from agent.api.wyoming_service import ListenError
+            from agent.wyoming.service import ListenError
 
             try:
                 wyoming_listeners = await self.wyoming.listen()
@@ -233,9 +255,9 @@ class _Daemon:
                 nursery.cancel_scope.cancel()  # drained: the helper tasks end too
 
             await nursery.start(api)
-            await nursery.start(self.devices.run, self.server.bus.ask_from_device,
-                                self.server.bus.notify_subscribers,
-                                self.server.bus.stop_from_device)
+            await nursery.start(self.devices.run, self.center)
+            for provider in self.tool_providers:
+                await nursery.start(provider.run)
             if wyoming_listeners:
                 nursery.start_soon(self.wyoming.serve, wyoming_listeners)
             if self.mqtt is not None:
@@ -265,9 +287,10 @@ class _Daemon:
                                **self.runner.health.snapshot(name, entry.provider.model)}
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
+                "tool_providers": [provider.status() for provider in self.tool_providers],
                 "wyoming": self.wyoming.status() if self.wyoming is not None else None,
                 "mqtt": self.mqtt.status() if self.mqtt is not None else None,
-                "tools": [tool.name for tool in self.devices.tools()]}
+                "tools": [tool.name for tool in self.toolbox.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:
         # The loop keeps reading while the drain runs: a signal left unread
@@ -319,7 +342,8 @@ class _Daemon:
             if getattr(new.daemon, key) != getattr(old.daemon, key):
                 log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
         if _device_settings(new) != _device_settings(old):
-            log.warning("reload: the devices changed; they take effect at the next start")
+            log.warning("reload: the devices or tool providers changed; they take effect at "
+                        "the next start")
         self.config = new
         self.reloads += 1
         self.reload_error = None
@@ -366,7 +390,8 @@ def client_ceiling() -> int:
 
 
 def _device_settings(config: Config) -> dict:
-    return {name: (spec.common, dict(spec.settings)) for name, spec in config.devices.items()}
+    return {name: (spec.common, dict(spec.settings))
+            for name, spec in (*config.devices.items(), *config.tool_providers.items())}
 
 
 def _provider_status(name: str, entry, config: Config) -> dict:

@@ -1,16 +1,16 @@
 """One ask, from prompt to committed history: the session layer between the
-socket API and the providers.
+center's ask lifecycle (agent/core/center.py) and the providers.
 
-    runner = Runner(store, http_client, upstreams, default_provider, system_prompt, devices)
-    await runner.ask(prompt, session_id, provider_name, emit)
+    runner = Runner(store, http_client, upstreams, default_provider, system_prompt, toolbox)
+    await runner.ask(prompt, session_id, provider_name, emit, stop)
 
-`await emit(reply)` delivers each reply (agent/api/replies.py); the server
-puts it in bounded queues, so a slow reader never holds up the upstream stream. The replies of
+`await emit(reply)` delivers each reply (agent/core/replies.py); the doors
+put it in bounded queues, so a slow reader never holds up the upstream stream. The replies of
 an ask, in order: started, then delta / reasoning / refusal / tool_call /
 tool_result / warning as they come, then done or error. Their shapes are in
 docs/protocol.md.
 
-Tools: the devices' tools go with each request. A tool call starts as soon
+Tools: the toolbox's tools (agent/tools/base.py) go with each request. A tool call starts as soon
 as its arguments are complete, while the answer still streams; its result
 goes back in the next request of the same ask. The loop is bounded: after
 max_tool_steps requests, calls still asked for are not run and get an error
@@ -59,7 +59,6 @@ damaged rather than as a whole answer.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import importlib
 import logging
@@ -70,11 +69,12 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 import trio
 
 from agent import masking
-from agent.api import replies
-from agent.api.replies import ErrorCode
+from agent.core import replies
+from agent.core.commands import Stop
+from agent.core.replies import ErrorCode
 from agent.providers.health import HealthBoard, Policy, State, failover_order
 from agent.providers.requests import AssistantTurn, Conversation, Provider, ToolResult, UserTurn
-from agent.devices.hub import ToolOutcome
+from agent.tools.base import ToolOutcome
 from agent.session.store import StorageError, TooLargeToKeep, check_session_id
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
@@ -143,44 +143,14 @@ class AskFailed(Exception):
         self.delivered = delivered
 
 
-class Stop:
-    """Barge-in for one ask (the socket API's `stop`, a board's STOP):
-    stop() ends its model stream and its tool calls at once, and the ask
-    ends with done, finish_reason "stopped", the answer said so far kept.
-    closed is set once its model stream is closed, before the history is
-    written."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.closed = trio.Event()
-        self._scopes: set[trio.CancelScope] = set()
-
-    def stop(self) -> None:
-        self.requested = True
-        for scope in self._scopes:
-            scope.cancel()
-
-    @contextlib.contextmanager
-    def cuts(self):
-        """A cancel scope that stop() cancels, at once when it came before."""
-        with trio.CancelScope() as scope:
-            if self.requested:
-                scope.cancel()
-            self._scopes.add(scope)
-            try:
-                yield scope
-            finally:
-                self._scopes.discard(scope)
-
-
 class Runner:
     def __init__(self, store, client: httpx.AsyncClient, upstreams: Mapping[str, Upstream],
-                 default_provider: str, system_prompt: str | None, devices=None,
+                 default_provider: str, system_prompt: str | None, tools=None,
                  ask_limits: AskLimits = AskLimits(),
                  health: HealthBoard | None = None) -> None:
         self.store = store
         self.client = client  # or what has its stream(): the daemon's LazyHttp
-        self.devices = devices  # a DeviceHub, or None: no tools
+        self.tools = tools  # a Toolbox (agent/tools/base.py), or None: no tools
         self.health = health if health is not None else HealthBoard()
         self.configure(upstreams, default_provider, system_prompt, ask_limits)
         self._session_locks: dict[str, trio.Lock] = {}
@@ -383,7 +353,7 @@ class Runner:
         said gets the text of each delta sent."""
         provider = upstream.provider
         streaming = self._streaming
-        tools = self.devices.tools() if self.devices else []
+        tools = self.tools.tools() if self.tools else []
         outcomes: dict[int, ToolOutcome] = {}
         completed = 0  # calls of this answer completed so far
         health = self.health_of(upstream)
@@ -391,7 +361,7 @@ class Runner:
         first_reply: float | None = None  # when the first reply of this answer went out
 
         async def run_tool(call) -> None:
-            outcomes[id(call)] = await self.devices.call_tool(call)
+            outcomes[id(call)] = await self.tools.call(call)
 
         unyielded = 0  # replies since forward last yielded
 
@@ -426,7 +396,7 @@ class Runner:
                         outcomes[id(event.tool_call)] = ToolOutcome(
                             f"not run: one answer may call at most {limits.calls_per_answer} "
                             "tools; ask for the rest in the next answer", True)
-                    elif self.devices:
+                    elif self.tools:
                         calls.start_soon(run_tool, event.tool_call)
                     else:
                         outcomes[id(event.tool_call)] = NO_TOOLS

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.jsontypes import is_type
-from agent.service.config_lines import dotted, locate
+from agent.settings.lines import dotted, locate
 
 REQUIRED: Any = object()
 _EXPECTED = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from agent.api.replies import RequestId
+from agent.core.replies import RequestId
 
 
 class Outcome(enum.Enum):

@@ -1,5 +1,9 @@
-"""The board on the house's MQTT broker: the trio shell around
-agent/mqtt/ (codec, topics, messages, discovery). docs/mqtt.md.
+"""The board on the house's MQTT broker, the MQTT door: the trio shell
+around the sans-IO pieces beside it (codec, topics, messages, discovery).
+docs/mqtt.md. Its asks, announces and stops are the center's commands
+(agent/core/center.py) like any door's; it is also a listener of the
+center (the board's state follows every ask) and the Boards the center
+announces on.
 
 run() connects (TCP, TLS or a Unix socket), with a persistent session
 (clean session off) so that the QoS 1 asks published while the board was
@@ -26,16 +30,17 @@ import itertools
 import logging
 import secrets
 import ssl
-import time
 
 import trio
 
-from agent.api import replies
-from agent.devices.hub import AnnounceError, request_key
+from agent.core import replies
+from agent.core.center import Center
+from agent.core.commands import Announce, Ask, Door, Origin, Refused, StopAsks
+from agent.core.edge import outgoing
 from agent.mqtt import codec, messages
+from agent.mqtt.config import MqttConfig
 from agent.mqtt.discovery import discovery_messages
 from agent.mqtt.topics import Topics
-from agent.service.config_schema import MqttConfig
 
 log = logging.getLogger("homeagent.mqtt")
 
@@ -48,8 +53,10 @@ MAX_BOARDS = 256           # other boards' availability kept
 
 
 class MqttService:
-    def __init__(self, bus, config: MqttConfig, version: str) -> None:
-        self.bus = bus
+    def __init__(self, center: Center, config: MqttConfig, version: str,
+                 speech=None) -> None:
+        self.center = center
+        self.speech = speech  # the device hub, whose speaking the state follows
         self.config = config
         self.version = version
         self.topics = Topics(config.prefix, config.board)
@@ -65,11 +72,11 @@ class MqttService:
         self.requests = 0      # announces and stops in flight
         self.last_heard = 0.0  # trio time of the broker's last bytes
         self.state = "idle"
-        self._thinking: set = set()  # request keys of the daemon's asks running (any origin)
+        self._thinking: set[int] = set()  # Origin keys of the daemon's asks running (any door)
         self._failed = False         # the last ask that ended failed
         self._published_state = self._state_payload()
-        if bus.devices:
-            bus.devices.watch_speech(self._state_changed)
+        if speech:
+            speech.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
         self._packet_ids = itertools.cycle(range(1, 65536))
         self._send, self._outgoing = trio.open_memory_channel(QUEUE)
@@ -79,7 +86,7 @@ class MqttService:
         self._acked = trio.lowlevel.ParkingLot()
         self._nursery: trio.Nursery | None = None
         self.boards: dict[str, bool] = {}  # board -> online, from their availability
-        self._elsewhere: dict = {}  # request key -> SpokenElsewhere of an ask with speak_on
+        self._elsewhere: dict[int, messages.SpokenElsewhere] = {}  # of asks with speak_on
 
     @property
     def where(self) -> str:
@@ -89,7 +96,7 @@ class MqttService:
         return f"{'mqtts' if config.tls else 'mqtt'}://{config.broker}:{config.port}"
 
     def status(self) -> dict:
-        return replies.outgoing({
+        return outgoing({
             "broker": self.where, "board": self.config.board, "connected": self.connected,
             "connects": self.connects, "reconnects": self.reconnects,
             "last_error": self.last_error, "messages_in": self.received,
@@ -115,7 +122,7 @@ class MqttService:
                     if self.connected:
                         backoff = config.reconnect_min
                     log.warning("mqtt %s: %s; next try in %g s", self.where,
-                                replies.outgoing(self.last_error), backoff)
+                                outgoing(self.last_error), backoff)
                 except Exception as error:  # a bug costs the connection, never the daemon
                     self.last_error = f"internal error: {type(error).__name__}"
                     log.exception("mqtt %s: the connection failed inside the daemon; next "
@@ -317,7 +324,7 @@ class MqttService:
         if isinstance(command, messages.Ask) and command.speak_on is not None:
             try:
                 self.check_board(command.speak_on)
-            except AnnounceError as refusal:
+            except Refused as refusal:
                 command = messages.Refusal(refusal.code, str(refusal))
         if isinstance(command, messages.Refusal):
             self.refuse(topic, command)
@@ -331,18 +338,21 @@ class MqttService:
     def refuse(self, topic: str, refusal: messages.Refusal) -> None:
         self.bad_payloads += 1
         log.warning("mqtt: %s: %s: %s", topic, refusal.code.value,
-                    replies.outgoing(refusal.message))
+                    outgoing(refusal.message))
         self.publish(self.topics.error, messages.error_message(topic, refusal))
 
     def _state_payload(self) -> bytes:
         return messages.encode({"state": self.state, "asks": len(self._thinking)})
 
-    def observe(self, reply: replies.Reply, origin) -> None:
-        """A reply of any of the daemon's asks (the bus gives them all): the
-        board's state follows them, and an ask with speak_on is spoken there."""
-        if origin.get("speak_on") is not None:
+    def notice(self, reply: replies.Reply) -> None:
+        """A reply of no ask (a device's state): not the board's."""
+
+    async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
+        """A reply of any of the daemon's asks (the center gives them all):
+        the board's state follows them, and an ask with speak_on is spoken there."""
+        if origin.speak_on is not None:
             self.speak(reply, origin)
-        key = request_key(origin)
+        key = origin.key
         if isinstance(reply, replies.Started):
             self._thinking.add(key)
         elif isinstance(reply, (replies.Done, replies.Error)):
@@ -356,7 +366,7 @@ class MqttService:
         # Speaking first: a board whose answer is still streaming is heard
         # saying its first sentences. Read now, not from the hub's last
         # notice: at an answer's done its last sentence has just been queued.
-        speaking = bool(self.bus.devices) and self.bus.devices.speaking
+        speaking = bool(self.speech) and self.speech.speaking
         self.state = "speaking" if speaking else "thinking" if self._thinking \
             else "error" if self._failed else "idle"
         payload = self._state_payload()
@@ -370,16 +380,14 @@ class MqttService:
         ask_id = ask.id or f"mqtt-{next(self._ids)}"
         session = ask.session or "mqtt-" + secrets.token_hex(8)
         out = messages.AskMessages(self.topics, ask_id, session, deltas=self.config.deltas)
-        origin = {"mqtt": ask_id, "session": session}
-        if ask.speak_on is not None:
-            origin["speak_on"] = ask.speak_on
+        origin = self.center.origin(Door.MQTT, ask_id, session, speak_on=ask.speak_on)
 
         async def on_reply(reply: replies.Reply) -> None:
             for topic, payload in out.on(reply):
                 self.publish(topic, payload)
 
         try:
-            await self.bus.ask_from(origin, ask.text, f"mqtt ask {ask_id}", on_reply)
+            await self.center.ask(Ask(origin, ask.text, who=f"mqtt ask {ask_id}"), on_reply)
         finally:
             self.asks -= 1
 
@@ -393,18 +401,16 @@ class MqttService:
             self.requests -= 1
 
     async def _announce(self, announce: messages.Announce) -> None:
-        devices = self.bus.devices
         try:
-            if not devices:
-                raise AnnounceError(replies.ErrorCode.NO_SPEECH_DEVICE, "this daemon has no "
-                                    "devices")
-            spoken_on = await devices.announce(announce.text, announce.device)
+            if not self.speech:
+                raise Refused(replies.ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
+            spoken_on = await self.center.announce(Announce(announce.text, announce.device))
             log.info("mqtt: announcement on %s", ", ".join(spoken_on))
-        except AnnounceError as refusal:
+        except Refused as refusal:
             self.refuse(self.topics.announce, messages.Refusal(refusal.code, str(refusal)))
 
     async def _stop(self, stop: messages.Stop) -> None:
-        reply = await self.bus.stop("mqtt", stop.session)
+        reply = await self.center.stop(StopAsks("mqtt", stop.session))
         if reply is None:
             self.refuse(self.topics.stop, messages.Refusal(
                 replies.ErrorCode.NOTHING_TO_STOP, "nothing is running"))
@@ -413,32 +419,33 @@ class MqttService:
     # ---- the other boards ----
 
     def check_board(self, board: str) -> None:
-        """AnnounceError unless board can be reached now."""
+        """Refused unless board can be reached now."""
         if not self.connected:
-            raise AnnounceError(replies.ErrorCode.BROKER_UNAVAILABLE, f"board {board!r}: not "
+            raise Refused(replies.ErrorCode.BROKER_UNAVAILABLE, f"board {board!r}: not "
                                 f"connected to the broker {self.where} ({self.last_error})")
         if board != self.config.board and not self.boards.get(board):
             online = ", ".join(sorted(b for b, up in self.boards.items() if up)) or "none"
-            raise AnnounceError(replies.ErrorCode.UNKNOWN_BOARD, f"board {board!r} is not "
+            raise Refused(replies.ErrorCode.UNKNOWN_BOARD, f"board {board!r} is not "
                                 f"online on the broker (online: {online})")
 
     def announce_on(self, board: str, text: str, device: str | None = None) -> list[str]:
-        """Publish an announce to board; AnnounceError if it cannot go."""
+        """Publish an announce to board (text masked by the center); Refused
+        if it cannot go."""
         self.check_board(board)
         payload = {"text": text, **({"device": device} if device is not None else {})}
         if len(messages.encode(payload)) > self.config.max_payload:
-            raise AnnounceError(replies.ErrorCode.TEXT_TOO_LONG, "the announce is longer "
+            raise Refused(replies.ErrorCode.TEXT_TOO_LONG, "the announce is longer "
                                 f"than mqtt.max_payload ({self.config.max_payload} bytes)")
-        self.publish(self.topics.of(board, "announce"), replies.outgoing(payload))
+        self.publish(self.topics.of(board, "announce"), payload)
         return [f"board:{board}"]
 
-    def speak(self, reply: replies.Reply, origin) -> None:
+    def speak(self, reply: replies.Reply, origin: Origin) -> None:
         """A reply of an ask with speak_on: its sentences as announces there."""
-        key = request_key(origin)
+        key = origin.key
         elsewhere = self._elsewhere.get(key)
         if elsewhere is None:
             elsewhere = self._elsewhere[key] = messages.SpokenElsewhere(self.topics,
-                                                                        origin["speak_on"])
+                                                                        origin.speak_on)
         for topic, payload in elsewhere.on(reply):
             self.publish(topic, payload)
         if isinstance(reply, (replies.Done, replies.Error)):

@@ -1,12 +1,16 @@
-"""HomeAssistantDevice: the model reads entity states and calls services
+"""HomeAssistantTools: the model reads entity states and calls services
 through Home Assistant's REST API, within the config's allow-lists.
 
-Settings (the device's own keys):
+A tool provider (agent/tools/base.py), not a device: it takes no part in
+answers, only in calls. It is configured as `[devices.NAME]` with
+`type = "homeassistant"`, as before providers had a table of their own.
+
+Settings (its own keys):
 - url: Home Assistant's base URL, "http://HOST:PORT" (https too).
 - token_file: a file holding a long-lived access token, read when the
   config loads: an absolute path, or a name in $CREDENTIALS_DIRECTORY (a
   systemd credential). The token is a secret: the masker hides it on every
-  path out (Device.secrets()).
+  path out (secrets()).
 - allow_entities: entity ids or globs (`light.*`, `sensor.kitchen_*`; `*`
   only) the model may read and act on.
 - allow_domains: domains whose every entity is allowed, as `DOMAIN.*`.
@@ -15,14 +19,14 @@ Settings (the device's own keys):
 - timeout: seconds a request may take (default 10).
 - max_result_chars: characters of a tool result (default 1000).
 
-The tools (the device's own; a `tools` key is refused): ha_get_state,
+The tools (its own; a `tools` key is refused): ha_get_state,
 ha_call_service and ha_list_entities. The model's arguments are data:
 every entity id, domain and service is checked against its syntax and the
 allow-lists before a request is made, so it becomes a path segment only
 once it is known to be one plain word; the service data may not name a
 target (entity_id, area_id, ...): the call acts on the one entity checked.
 A refusal, an HTTP error, a timeout or an unreachable server is a
-ToolError naming the reason; the device itself never fails on a call.
+ToolError naming the reason; the provider itself never fails on a call.
 """
 
 from __future__ import annotations
@@ -38,12 +42,12 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from agent.devices.base import (Common, Device, Inbox, Requests, SettingError, ToolError,
-                                ToolSpec, refuse_unknown)
 from agent.jsontypes import is_type
 from agent.masking import MIN_SECRET_CHARS
+from agent.settings.errors import SettingError, refuse_unknown
+from agent.tools.base import ToolError, ToolSpec
 
-log = logging.getLogger("homeagent.devices")
+log = logging.getLogger("homeagent.tools")
 
 _KEYS = frozenset({"url", "token_file", "allow_entities", "allow_domains", "allow_services",
                    "timeout", "max_result_chars"})
@@ -142,14 +146,14 @@ def summarize(state: Mapping[str, Any]) -> str:
         (f" ({', '.join(shown)})" if shown else "")
 
 
-class HomeAssistantDevice(Device):
+class HomeAssistantTools:
     kind = "homeassistant"
-    DEFAULT_EVENTS = frozenset()  # a tool device: it acts on calls, not on answers
+    DEFAULT_EVENTS = frozenset()  # the config's device table: it takes no events
 
-    def __init__(self, common: Common, *, url: str, token: str, entities: tuple[str, ...],
+    def __init__(self, common, *, url: str, token: str, entities: tuple[str, ...],
                  domains: tuple[str, ...], services: tuple[str, ...], timeout: float,
                  max_result_chars: int) -> None:
-        super().__init__(common)
+        self.common, self.name = common, f"homeassistant {common.name}"
         self.url, self._token = url, token
         self.entities, self.domains, self.services = entities, domains, frozenset(services)
         self.timeout, self.max_result_chars = timeout, max_result_chars
@@ -157,7 +161,9 @@ class HomeAssistantDevice(Device):
         self._client: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> HomeAssistantDevice:
+    def from_settings(cls, common, settings: Mapping[str, Any]) -> HomeAssistantTools:
+        """common: its table's common settings (its name, the tools the
+        config declared for it, which must be its own)."""
         refuse_unknown(settings, _KEYS)
         # common.tools holds its own once the config has loaded (DeviceSpec)
         if any(tool.name not in TOOL_NAMES for tool in common.tools):
@@ -185,16 +191,21 @@ class HomeAssistantDevice(Device):
     def secrets(self) -> tuple[str, ...]:
         return (self._token,)
 
-    async def run(self, inbox: Inbox, prompt: Requests,
-                  task_status=trio.TASK_STATUS_IGNORED) -> None:
+    def offered(self) -> tuple[ToolSpec, ...]:
+        return self.common.tools
+
+    def unavailable(self) -> str | None:
+        return None if self._client is not None else f"{self.name} is not running"
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Its HTTP client, open until cancelled: calls are taken meanwhile."""
         async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout,
                                      headers={"authorization": f"Bearer {self._token}"},
                                      follow_redirects=False) as client:
             self._client = client
             try:
                 task_status.started()
-                async for _ in inbox:  # no events by default; any configured are not used
-                    pass
+                await trio.sleep_forever()
             finally:
                 self._client = None
 
@@ -229,7 +240,7 @@ class HomeAssistantDevice(Device):
                      and isinstance(state.get("entity_id"), str)
                      and self.allowed(state["entity_id"])]
             return self._cut("\n".join(lines[:MAX_LISTED]) or "no allowed entity exists")
-        return await super().call_tool(name, arguments)
+        raise ToolError(f"{self.name} has no tool {name!r}")
 
     async def _call_service(self, arguments: Mapping[str, Any]) -> str:
         domain, service = arguments.get("domain"), arguments.get("service")
@@ -263,7 +274,7 @@ class HomeAssistantDevice(Device):
     async def _request(self, method: str, path: str, body: str | None = None) -> Any:
         """The decoded JSON answer; ToolError with the reason for anything else."""
         if self._client is None:
-            raise ToolError("Home Assistant device is not running")
+            raise ToolError(f"{self.name} is not running")
         try:
             async with self._client.stream(
                     method, path, content=body,
@@ -292,9 +303,11 @@ class HomeAssistantDevice(Device):
 
     def _failure(self, why: str) -> ToolError:
         self.failed += 1
-        log.warning("device %s: Home Assistant request failed: %s", self.name, why)
+        log.warning("%s: Home Assistant request failed: %s", self.name, why)
         return ToolError(f"Home Assistant: {why}")
 
     def status(self) -> dict[str, Any]:
-        return {"url": self.url, "calls": self.calls, "refused": self.refused,
-                "failed": self.failed}
+        return {"name": self.common.name, "kind": self.kind,
+                "state": "running" if self._client is not None else "starting",
+                "tools": [tool.name for tool in self.common.tools], "url": self.url,
+                "calls": self.calls, "refused": self.refused, "failed": self.failed}

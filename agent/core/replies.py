@@ -1,32 +1,22 @@
-"""The socket API's replies (docs/protocol.md), and the one encoder every
-byte to a client or subscriber passes through.
+"""The answer vocabulary: every reply of an ask and of the daemon's other
+operations, and ErrorCode, the one list of what can go wrong.
 
-One frozen class per reply type, as h11 has one per event; `encode()` turns a
-reply into its line, with the id of the request it answers (or of the
-subscription it is shown to) and, for subscribers, the ask it came from. The
-same replies go to the devices (agent/devices/hub.py), as `fields()`.
+One frozen class per reply type, as h11 has one per event. Every door turns
+these into its own wire (agent/api/wire.py: JSON lines; agent/mqtt/messages.py;
+agent/wyoming/service.py) and the devices receive them as they are
+(agent/core/deliveries.py). They leave the daemon only through the masking
+edge (agent/core/edge.py).
 
-Every line encode() makes has the configured secrets masked in each of its
-strings (agent/masking.py) and a float JSON cannot hold (NaN, Infinity, as
-a damaged session file may give) as null: what leaves is always JSON, and
-never a key.
-
-This module loads json, enum and agent.masking only: the blocking client
-(client.py) uses it too, and must start without trio, httpx or the C core.
+This module loads dataclasses and enum only: the blocking client
+(agent/api/client.py) uses it too, and must start without trio, httpx or the
+C core.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import json
-import math
-from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any, ClassVar, Mapping
-
-from agent import masking
-
-PROTOCOL_VERSION = 1
 
 RequestId = str | int
 
@@ -180,6 +170,13 @@ class Done(Reply):
     error: Mapping[str, str] | None = None
 
 
+@_reply("sentence")
+class Sentence(Reply):
+    """A whole sentence of an answer, cut by the segmenter for the devices
+    (agent/core/deliveries.py); never on a door's wire."""
+    text: str
+
+
 class _Absent:
     """An Error field the reply leaves out (None is a value: JSON null)."""
     __slots__ = ()
@@ -297,122 +294,5 @@ def internal_error(what: str) -> Error:
 
 
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
-# The reply that ends a request, by operation; ask and subscribe stream until it.
-FINAL = {"ask": frozenset({Done.type, Error.type}), "subscribe": frozenset({Error.type})}
-FINAL_DEFAULT = frozenset({Status.type, Sessions.type, History.type, Ok.type, Announced.type,
-                           Stopped.type, Error.type})
-
-
-# ---- the encoder ----
-
-class _Unaddressed:
-    __slots__ = ()
-
-
-UNADDRESSED: Any = _Unaddressed()  # a reply without an id: hello, shutdown, a device's state
-
-# allow_nan=False: a bare NaN would be no JSON; encode() has made them null already.
-_UTF8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def encode(reply: Reply, request_id: RequestId | None = UNADDRESSED,
-           request: Mapping[str, Any] | None = None) -> bytes:
-    """The line of a reply: id (when addressed; None is null), type, the
-    reply's fields, then request (the ask a subscriber is shown); secrets
-    masked, NaN and Infinity null."""
-    if type(reply) is Delta:
-        # The per-token path: one string to mask, nothing that can be a
-        # float, the line made as the encoder would make it.
-        if request is None and type(request_id) is int:
-            return delta_line(request_id, reply.text)
-        if request is not None and request_id is UNADDRESSED:  # for subscribers
-            return _delta_for(reply.text, request)
-    line = {} if request_id is UNADDRESSED else {"id": request_id}
-    line["type"] = reply.type
-    line.update(reply.fields())
-    if request is not None:
-        line["request"] = request
-    return dump_line(outgoing(line))
-
-
-def delta_line(request_id: int, text: str) -> bytes:
-    """encode(Delta(text), request_id) without the generic walk: the line of
-    every streamed token. UTF-8 as is, ASCII escapes for a lone surrogate."""
-    text = masking.mask(text)
-    try:
-        return f'{{"id":{request_id},"type":"delta","text":{encode_basestring(text)}}}\n' \
-            .encode("utf-8")
-    except UnicodeEncodeError:
-        return f'{{"id":{request_id},"type":"delta","text":{encode_basestring_ascii(text)}}}\n' \
-            .encode("ascii")
-
-
-class _RequestCache:
-    """The encoded `request` of the last ask whose deltas went to the
-    subscribers: the same object, unchanged, for all of an answer's."""
-    __slots__ = ("items", "json")
-
-    def __init__(self) -> None:
-        self.items: tuple = ()  # in order: the JSON keeps the keys' order
-        self.json: bytes | None = b"{}"
-
-
-_last_request = _RequestCache()
-
-
-def _delta_for(text: str, request: Mapping[str, Any]) -> bytes:
-    """encode(Delta(text), request=request), the generic walk only for the
-    request when it changed."""
-    cache = _last_request
-    items = tuple(request.items())
-    if items != cache.items:
-        cache.items = items
-        try:
-            cache.json = _UTF8.encode(outgoing(request)).encode("utf-8")
-        except UnicodeEncodeError:
-            cache.json = None  # a lone surrogate: the whole line goes ASCII
-    text = masking.mask(text)
-    if cache.json is not None:
-        try:
-            return (f'{{"type":"delta","text":{encode_basestring(text)},"request":'
-                    .encode("utf-8") + cache.json + b"}\n")
-        except UnicodeEncodeError:
-            pass
-    return dump_line(outgoing({"type": "delta", "text": text, "request": request}))
-
-
-def address_prefix(request_id: RequestId) -> bytes:
-    """The start of a line addressed to request_id (masked like the rest),
-    for a reply encoded once without an id and sent to many: `readdress`."""
-    return dump_line(outgoing({"id": request_id}))[:-2] + b","
-
-
-def readdress(unaddressed: bytes, prefix: bytes) -> bytes:
-    """The line encode(reply, request_id, request) would give, from
-    encode(reply, request=request) and address_prefix(request_id)."""
-    return prefix + unaddressed[1:]
-
-
-def outgoing(value: Any) -> Any:
-    """value as it may leave the daemon, to a client or a device: each string
-    (keys too) masked, each float JSON cannot hold null."""
-    if isinstance(value, str):
-        return masking.mask(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {outgoing(k): outgoing(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [outgoing(item) for item in value]
-    return value
-
-
-def dump_line(value: Mapping[str, Any]) -> bytes:
-    """One compact JSON line. UTF-8 as is; a string holding a lone surrogate
-    (which UTF-8 cannot carry) makes the whole line ASCII with \\u escapes."""
-    try:
-        return _UTF8.encode(value).encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        return _ASCII.encode(value).encode("ascii") + b"\n"
-
+TEXT = (Delta, Sentence, Reasoning)  # text a coalescing device inbox joins
+ENDS_ASK = (Done, Error)

@@ -36,9 +36,13 @@ from typing import Any
 
 import trio
 
-from agent import wyoming
-from agent.api import replies
-from agent.service.config_schema import WyomingConfig
+from agent.core import replies
+from agent.core.accept import accept_loop
+from agent.core.center import Center
+from agent.core.commands import Ask, Door
+from agent.core.edge import outgoing
+from agent.wyoming import framing as wyoming
+from agent.wyoming.config import WyomingConfig
 
 log = logging.getLogger("homeagent.wyoming")
 
@@ -60,8 +64,8 @@ def session_for(context: Any) -> str:
 
 
 class ConversationService:
-    def __init__(self, bus, config: WyomingConfig, version: str) -> None:
-        self.bus = bus
+    def __init__(self, center: Center, config: WyomingConfig, version: str) -> None:
+        self.center = center
         self.config = config
         self.version = version
         self.connections = 0
@@ -107,22 +111,23 @@ class ConversationService:
                 nursery.start_soon(self._accept, listener, nursery)
 
     async def _accept(self, listener, nursery: trio.Nursery) -> None:
+        def accepted(stream) -> None:
+            peer = _peer_address(stream)
+            if not self._allowed(peer):
+                self.refused += 1
+                log.warning("wyoming: %s refused: not loopback nor in wyoming.allow", peer)
+                stream.socket.close()
+            elif self.connections >= self.config.max_connections:
+                self.refused += 1
+                log.warning("wyoming: %s refused: %d connections already "
+                            "(wyoming.max_connections)", peer, self.connections)
+                stream.socket.close()
+            else:
+                self.connections += 1
+                nursery.start_soon(self._connection, stream, peer)
+
         async with listener:
-            while True:
-                stream = await listener.accept()
-                peer = _peer_address(stream)
-                if not self._allowed(peer):
-                    self.refused += 1
-                    log.warning("wyoming: %s refused: not loopback nor in wyoming.allow", peer)
-                    await stream.aclose()
-                elif self.connections >= self.config.max_connections:
-                    self.refused += 1
-                    log.warning("wyoming: %s refused: %d connections already "
-                                "(wyoming.max_connections)", peer, self.connections)
-                    await stream.aclose()
-                else:
-                    self.connections += 1
-                    nursery.start_soon(self._connection, stream, peer)
+            await accept_loop(listener, accepted, log)
 
     def _allowed(self, peer: str | None) -> bool:
         if peer is None:  # a Unix socket: its file mode decides
@@ -164,13 +169,14 @@ class ConversationService:
             peer.queue(self.info())
         elif event.type == "ping":
             text = event.data.get("text")
-            peer.queue(wyoming.Event("pong", {"text": text} if isinstance(text, str) else {}))
+            peer.queue(wyoming.Event("pong", {"text": outgoing(text)} if isinstance(text, str)
+                                     else {}))
         elif event.type == "transcript":
             await self._transcript(event.data, peer)
 
     async def _transcript(self, data: dict, peer: _Peer) -> None:
         text, context = data.get("text"), data.get("context")
-        echo = {"context": replies.outgoing(context)} if isinstance(context, dict) else {}
+        echo = {"context": outgoing(context)} if isinstance(context, dict) else {}
         if not (isinstance(text, str) and text.strip()):
             peer.queue(wyoming.Event("not-handled", {"text": "empty transcript", **echo}))
             return
@@ -183,7 +189,7 @@ class ConversationService:
                 if not streamed:
                     streamed = True
                     peer.queue(wyoming.Event("handled-start", echo))
-                peer.queue(wyoming.Event("handled-chunk", {"text": replies.outgoing(reply.text)}))
+                peer.queue(wyoming.Event("handled-chunk", {"text": reply.text}))
                 # The writer's turn: the deltas of one upstream read come
                 # without a checkpoint, and hundreds of them would fill the
                 # queue of a peer that reads as fast as it can.
@@ -192,15 +198,13 @@ class ConversationService:
                 if streamed:
                     peer.queue(wyoming.Event("handled-stop"))
                 if isinstance(reply, replies.Done):
-                    peer.queue(wyoming.Event("handled", {"text": replies.outgoing(reply.text),
-                                                         **echo}))
+                    peer.queue(wyoming.Event("handled", {"text": reply.text, **echo}))
                 else:
                     peer.queue(wyoming.Event("not-handled", {
-                        "text": replies.outgoing(f"{reply.code.value}: {reply.message}"),
-                        **echo}))
+                        "text": f"{reply.code.value}: {reply.message}", **echo}))
 
-        await self.bus.ask_from({"wyoming": peer.who, "session": session_for(context)}, text,
-                                peer.who, on_reply)
+        origin = self.center.origin(Door.WYOMING, peer.who, session_for(context))
+        await self.center.ask(Ask(origin, text, who=peer.who), on_reply)
 
 
 class _Peer:
