@@ -33,7 +33,7 @@ STRANGER = Peer(pid=4343, uid=2000, gid=2000)
 class FakeRunner:
     """An ask's prompt is its script: "hello" answers at once, "hang" waits
     to be cancelled (or stopped: then done, "stopped"), "flood N" streams N
-    deltas."""
+    deltas, "burst N" N deltas in one go, as one upstream read decodes."""
 
     def __init__(self) -> None:
         self.cancelled: list[str] = []
@@ -50,9 +50,12 @@ class FakeRunner:
                 await emit(replies.Done(session, "stopped", None, None, "", 1, 1))
                 return
             deltas = ["Hi."] if word == "hello" else [f"{n} " for n in range(int(count))]
-            for delta in deltas:
+            for n, delta in enumerate(deltas, 1):
                 await emit(replies.Delta(delta))
-                await trio.lowlevel.checkpoint()
+                # "burst": many deltas of one upstream read, a yield every
+                # 8 as the runner does; the rest: one a read
+                if word != "burst" or n % 8 == 0:
+                    await trio.lowlevel.checkpoint()
         except trio.Cancelled:
             self.cancelled.append(prompt)
             raise
@@ -314,6 +317,27 @@ async def test_overflow_costs_only_the_client_that_does_not_read(autojump_clock)
     assert runner.cancelled == ["flood 50"]
     assert server.statistics().counters == Counters(connections=2, requests=2, asks=2,
                                                     answered=1, cancelled=1, overflows=1)
+
+
+def socket_pair():
+    """A connection over a real socket pair: the server writes straight to it."""
+    ours, theirs = trio.socket.socketpair()
+    return trio.SocketStream(ours), trio.SocketStream(theirs)
+
+
+@pytest.mark.trio
+async def test_a_burst_within_one_delta_interval_never_overflows_a_client_that_reads(
+        autojump_clock):
+    """More pieces than client_queue within one interval (a fast local
+    upstream's burst) are sent at once, not held against a client that
+    reads; one that does not read is still closed (the test above)."""
+    server, _ = new_server(limits=Limits(client_queue=4))
+    async with connected(server, pair=socket_pair) as reader:
+        await reader.send(id="r", op="ask", prompt="burst 40")
+        got = await reader.until("done")
+    assert [r["type"] for r in got] == ["started", *["delta"] * 40, "done"]
+    assert "".join(r["text"] for r in got[1:-1]) == "".join(f"{n} " for n in range(40))
+    assert server.statistics().counters.overflows == 0
 
 
 @pytest.mark.trio

@@ -137,20 +137,24 @@ async def _send_lines(conn: "_Connection", batch: bytearray) -> None:
     cancelled, so conn.mid_line knows whether a cut-off write left half a
     line with the client (a memory stream takes a whole write at once)."""
     sock = getattr(conn.stream, "socket", None)
-    if sock is None:
-        await conn.stream.send_all(batch)
-        return
-    view = memoryview(batch)
-    sent = 0
-    while sent < len(batch):
-        fd = sock.fileno()
-        try:  # straight to a socket that takes it: no scheduler pass after the write
-            if fd < 0:
-                raise BlockingIOError  # closed: trio's send names it
-            sent += os.write(fd, view[sent:])
-        except BlockingIOError:
-            sent += await sock.send(view[sent:])
-        conn.mid_line = view[sent - 1] != ord("\n")
+    conn.sending = True
+    try:
+        if sock is None:
+            await conn.stream.send_all(batch)
+            return
+        view = memoryview(batch)
+        sent = 0
+        while sent < len(batch):
+            fd = sock.fileno()
+            try:  # straight to a socket that takes it: no scheduler pass after the write
+                if fd < 0:
+                    raise BlockingIOError  # closed: trio's send names it
+                sent += os.write(fd, view[sent:])
+            except BlockingIOError:
+                sent += await sock.send(view[sent:])
+            conn.mid_line = view[sent - 1] != ord("\n")
+    finally:
+        conn.sending = False
 
 
 def peer_of(sock) -> Peer:
@@ -208,12 +212,16 @@ class _Connection:
     # Streamed pieces at most one write per interval (Limits.delta_interval):
     # those that come sooner gather in `held` with every line behind them,
     # and the writer sends them at the interval's end; `flushing` while the
-    # writer is at that (it needs no wake-up then).
+    # writer is at that (it needs no wake-up then), `waiting` while it waits
+    # for the interval's end, `sending` while a write of it waits for the
+    # client to take bytes.
     interval: float = 0.0
     last_delta: float = -math.inf  # the last piece's write, by trio's clock
     held: bytearray | None = None
     held_lines: int = 0
     flushing: bool = False
+    waiting: trio.CancelScope | None = None
+    sending: bool = False
     capacity: int = 0  # the outbox's, which bounds the held lines too
 
     def __post_init__(self) -> None:
@@ -267,7 +275,11 @@ class _Connection:
 
     def _hold(self, line: bytes) -> None:
         """Behind the held pieces. The first starts them and wakes the
-        writer, unless it is flushing them already."""
+        writer, unless it is flushing them already. More than client_queue
+        of them while the writer waits for the client to take bytes: the
+        client is not reading, and the connection ends. More while the
+        writer only waits for the interval's end: a burst of a fast
+        upstream, sent at once, never held against a client that reads."""
         if self.held is None:
             self.held, self.held_lines = bytearray(), 0
             if not self.flushing:
@@ -275,7 +287,10 @@ class _Connection:
         self.held += line
         self.held_lines += 1
         if self.held_lines > self.capacity:
-            self._overflow()
+            if self.sending:
+                self._overflow()
+            elif self.waiting is not None:
+                self.waiting.cancel()
 
     def _put(self, line: bytes) -> None:
         try:
@@ -548,7 +563,10 @@ class ApiServer:
         conn.flushing = True
         try:
             while True:
-                await trio.sleep_until(conn.last_delta + conn.interval)
+                with trio.CancelScope(deadline=conn.last_delta + conn.interval) as waiting:
+                    conn.waiting = waiting
+                    await trio.sleep_forever()
+                conn.waiting = None
                 held = conn.held
                 if not held:
                     conn.held = None
@@ -562,7 +580,7 @@ class ApiServer:
                     # this loop, still running, sends it at the interval's end.
                     conn.held = None
         finally:
-            conn.flushing = False
+            conn.flushing, conn.waiting = False, None
 
     async def _watch_hangup(self, conn: _Connection) -> None:
         """A half-closed client that then closes entirely is gone: its asks
