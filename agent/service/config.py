@@ -30,6 +30,7 @@ from agent.devices import device_types
 from agent.devices.base import EVENT_TYPES, Common, Overflow, SettingError, ToolSpec
 from agent.devices.hub import DeviceSpec
 from agent.masking import MIN_SECRET_CHARS
+from agent.paths import DEFAULT_PATH, DEFAULT_VENV  # noqa: F401 (install.py's, the tests')
 from agent.providers.health import Policy, fallback_cycle
 from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_lines import syntax_error
@@ -37,9 +38,7 @@ from agent.service.config_reader import ConfigError, Source, Table, describe, is
 from agent.service.config_schema import (Config, DaemonConfig, MqttConfig, MqttTls,
                                          ProviderEntry, SessionConfig, WyomingConfig)
 
-DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
-DEFAULT_VENV = "/opt/homeagent"  # where `homeagent install` puts the service's venv
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
