@@ -203,8 +203,9 @@ def _uninstall(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from agent.api.client import default_socket
-    # not install's module: `serve` would import it (and shutil, subprocess...) for a default
-    from agent.service.config import DEFAULT_PATH, DEFAULT_VENV
+    # not the config's or install's module: every client command would import
+    # them (trio, httpx, the C core, shutil, subprocess...) for two defaults
+    from agent.paths import DEFAULT_PATH, DEFAULT_VENV
 
     parser = argparse.ArgumentParser(prog="homeagent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

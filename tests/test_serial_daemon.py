@@ -531,8 +531,9 @@ def test_a_board_that_never_reads_holds_up_nothing(tmp_path, mock, board):
     the daemon's writes to the board stall. The answers must not."""
     board.reading = False
     board.plug()
-    # An answer that waited for the board would wait this long, whole: the
-    # bound below is that, not a guess at how fast an answer is.
+    # An answer that waited for the board would wait this long, whole: until
+    # the board failed. So answers delivered while the board's writes stall
+    # and before it fails are answers that did not wait for it.
     write_timeout = timeout(4)
     # Deltas and reasoning: many lines per answer, the buffer fills in few asks.
     daemon = board_daemon(tmp_path, mock, board.link, write_timeout=write_timeout,
@@ -541,6 +542,7 @@ def test_a_board_that_never_reads_holds_up_nothing(tmp_path, mock, board):
     prompts = [("Any emoji?", EMOJI), ("why is the heating on?", REASONED),
                ("Auf Deutsch, bitte", GERMAN)]
     durations = []
+    stalled = 0  # asks answered while the board's writes stalled, before it failed
     try:
         subscriber = Subscriber(daemon)
         wait_state(daemon, "running", "at start")
@@ -555,19 +557,24 @@ def test_a_board_that_never_reads_holds_up_nothing(tmp_path, mock, board):
             assert_intact(replies, answer)
 
         # Ask while the buffer fills and the writes stall, until the board has
-        # failed for not reading (within the time bound), then some more.
+        # failed for not reading (the deadline bounds a hang only), then some more.
         while not subscriber.device_events("failed"):
             ask(len(durations))
+            # lines dropped: the board's queue is full, its writes stall; this
+            # ask was answered all the same, and the board has not failed yet
+            if status(daemon)[1]["dropped"] and not subscriber.device_events("failed"):
+                stalled += 1
             assert time.monotonic() - began < timeout(20), \
                 f"{len(durations)} asks, and the board that never reads did not fail"
         for n in range(5):
             ask(n)
-        elapsed = time.monotonic() - began
+        print(f"\n{len(durations)} asks, {stalled} of them answered while the board stalled; "
+              f"longest {max(durations) * 1000:.0f} ms, all in "
+              f"{time.monotonic() - began:.1f} s (write timeout {write_timeout:g} s)")
 
-        # No answer waited for the board: each took less than the write
-        # timeout (on a loaded 2-core machine, up to about a third of it).
-        assert max(durations) < write_timeout, (max(durations), len(durations))
-        assert elapsed < timeout(20)
+        # No answer waited for the board: while its writes stalled, answers
+        # kept coming, until it failed.
+        assert stalled >= 2, (stalled, len(durations))
         [failed, *_] = subscriber.device_events("failed")
         assert failed["error"] == (f"WriteTimeout: {board.link}: nothing could be written for "
                                    f"{write_timeout:g} s: the device is not reading")

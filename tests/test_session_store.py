@@ -454,6 +454,70 @@ def test_an_unusable_directory_is_a_storage_error_at_open(tmp_path):
         open_store(tmp_path)
 
 
+# ---- links planted in the directory are never followed ----
+
+def _outside(tmp_path, exists: bool) -> Path:
+    outside = tmp_path / "outside" / "precious.txt"
+    outside.parent.mkdir()
+    if exists:
+        outside.write_text("not the daemon's to write\n")
+    return outside
+
+
+def _outside_untouched(outside: Path, existed: bool) -> None:
+    if existed:
+        assert outside.read_text() == "not the daemon's to write\n"
+    else:
+        assert not outside.exists() and not outside.is_symlink()
+    assert sorted(os.listdir(outside.parent)) == (["precious.txt"] if existed else [])
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["target", "dangling"])
+@pytest.mark.parametrize("where", ["temporary", "session"])
+def test_a_link_planted_in_the_directory_is_not_followed_by_a_commit(tmp_path, where, exists):
+    """A link to a file outside, at the name of the next commit's temporary
+    file or in place of the session file: the commit writes neither through
+    it nor onto it, and the session is kept, in a regular file."""
+    store = open_store(tmp_path)
+    store.commit("s", exchange(1))
+    outside = _outside(tmp_path, exists)
+    sessions = tmp_path / "sessions"
+    name = f".s.json.tmp-{os.getpid()}" if where == "temporary" else "s.json"
+    (sessions / name).unlink(missing_ok=True)
+    (sessions / name).symlink_to(outside)
+    store.commit("s", exchanges(2, 2))
+    _outside_untouched(outside, exists)
+    assert store.load("s") == exchanges(1, 2)
+    assert stat.S_ISREG(os.lstat(sessions / "s.json").st_mode)
+    assert os.listdir(sessions) == ["s.json"]
+    assert open_store(tmp_path).load("s") == exchanges(1, 2)
+
+
+def test_a_sessions_directory_that_is_a_symlink_is_not_followed_at_open(tmp_path):
+    outside = _outside(tmp_path, True)
+    (tmp_path / "sessions").symlink_to(outside.parent)
+    with pytest.raises(StorageError, match=r"^session directory .*sessions is a symbolic link, "
+                                           r"not followed: "):
+        open_store(tmp_path)
+    _outside_untouched(outside, True)
+
+
+def test_a_sessions_directory_replaced_by_a_symlink_later_is_not_followed(tmp_path):
+    """The store keeps to the directory it opened: a link put in its place
+    while the daemon runs sends no commit, forget or set-aside elsewhere."""
+    store = open_store(tmp_path)
+    store.commit("s", exchange(1))
+    store.commit("t", exchange(1))
+    outside = _outside(tmp_path, True)
+    (tmp_path / "sessions").rename(tmp_path / "opened")
+    (tmp_path / "sessions").symlink_to(outside.parent)
+    store.commit("s", exchanges(2, 2))
+    assert store.forget("t")
+    _outside_untouched(outside, True)
+    assert sorted(os.listdir(tmp_path / "opened")) == ["s.json"]
+    assert SessionStore(str(tmp_path / "opened"), **NO_TRIM).load("s") == exchanges(1, 2)
+
+
 def test_a_calls_arguments_are_stored_once_and_parsed_again_on_reading(tmp_path):
     arguments = json.dumps({"text": "x" * 5000})
     call = ToolCall("call_1", "say", arguments, complete=True)

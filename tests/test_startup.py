@@ -2,12 +2,14 @@
 itself: a probe runs `homeagent serve` and, on SIGUSR1, writes the names in
 sys.modules to a file. An idle daemon holds no httpx (nor its TLS set-up) and
 no installer; the first ask brings the upstream client in, made once for
-the requests that arrive together. No timing."""
+the requests that arrive together. A client command (ask, status...) imports
+none of the daemon's modules, read from `python -X importtime`. No timing."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 
@@ -72,6 +74,32 @@ def test_an_idle_daemon_imports_no_upstream_client(tmp_path, mock):
         assert sorted(m for m in FIRST_ASK if m not in after) == []
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+# Never imported by a client command: the daemon's config, its event loop,
+# the upstream client, the C core.
+CLIENT_ABSENT = ("agent.service.config", "trio", "httpx", "agent.stream", "_cffi_backend")
+
+
+def _imported_by(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run `python -X importtime -m agent.cli ARGV`: the process, and the
+    modules it imported (importtime's stderr lines name each one)."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "agent.cli", *argv],
+                         capture_output=True, text=True, timeout=timeout(60))
+    modules = {line.split("|")[-1].strip() for line in run.stderr.splitlines()
+               if line.startswith("import time:")}
+    return run, modules - {"imported package"}
+
+
+@pytest.mark.parametrize("command", [["ask", "hi"], ["status"], ["history"], ["forget", "s"],
+                                     ["say", "hi"], ["stop"]], ids=lambda c: c[0])
+def test_a_client_command_imports_neither_the_daemon_nor_its_libraries(tmp_path, command):
+    run, modules = _imported_by(*command, "--socket", str(tmp_path / "no-daemon.sock"))
+    assert run.returncode == 3, run.stderr  # it got as far as connecting: no daemon there
+    assert "agent.api.client" in modules, sorted(modules)  # the client was imported
+    absent = sorted(m for m in modules
+                    if any(m == name or m.startswith(name + ".") for name in CLIENT_ABSENT))
+    assert absent == []
 
 
 @pytest.mark.trio

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.mock_llm import scripts
+from agent.session.store import SessionStore, StorageError
 from daemon_harness import Daemon, ask_text
 
 ANSWER = scripts.ENGLISH
@@ -112,17 +113,39 @@ def test_a_read_only_disk_still_delivers_the_answer_and_forget_names_it(tmp_path
         assert daemon.stop() == 0, daemon.log()
 
 
+def _start_refused(daemon: Daemon, reason: str, argv_prefix: list[str] | None = None) -> None:
+    """The daemon exits 1 at start naming the unusable state directory and
+    reason, without a traceback."""
+    daemon.start(wait=False, argv_prefix=argv_prefix)
+    assert daemon.exited() == 1
+    log = daemon.log()
+    assert "cannot start: the state directory is not usable: session directory " in log, log
+    assert reason in log and "Traceback" not in log, log
+
+
 def test_a_read_only_state_directory_stops_the_start_with_a_clear_line(tmp_path, tmpfs, mock):
     _remount(tmpfs, "ro")
     try:
-        daemon = Daemon(tmp_path, mock.url, daemon={"state_directory": str(tmpfs)})
-        daemon.start(wait=False)
-        assert daemon.exited() == 1
-        log = daemon.log()
-        assert "cannot start: the state directory is not usable: session directory " in log, log
-        assert "Read-only file system" in log and "Traceback" not in log, log
+        _start_refused(Daemon(tmp_path, mock.url, daemon={"state_directory": str(tmpfs)}),
+                       "Read-only file system")
     finally:
         _remount(tmpfs, "rw")
+
+
+def test_a_full_state_disk_fails_the_store_probe(tmpfs):
+    """The probe at open writes real bytes: an empty file would still be
+    created on a disk with no block left."""
+    (tmpfs / "sessions").mkdir()
+    _fill(tmpfs)
+    with pytest.raises(StorageError, match=r"^session directory .*: No space left on device$"):
+        SessionStore(str(tmpfs / "sessions"), max_turns=10, max_bytes=10**6)
+    assert os.listdir(tmpfs / "sessions") == []  # no probe file left
+
+
+def test_a_full_state_disk_stops_the_start_with_a_clear_line(tmp_path, tmpfs, mock):
+    _fill(tmpfs)
+    _start_refused(Daemon(tmp_path, mock.url, daemon={"state_directory": str(tmpfs)}),
+                   "No space left on device")
 
 
 def test_a_directory_in_place_of_the_session_file_is_a_storage_error(tmp_path, mock):
@@ -201,11 +224,6 @@ def test_a_state_directory_without_write_permission_is_eacces(tmp_path, mock):
         assert daemon.stop() == 0, daemon.log()
     sessions.chmod(0o500)  # and at start: a clear line, no traceback
     try:
-        daemon = Daemon(tmp_path, mock.url)
-        daemon.start(wait=False, argv_prefix=prefix)
-        assert daemon.exited() == 1
-        log = daemon.log()
-        assert "cannot start: the state directory is not usable: session directory " in log
-        assert "Permission denied" in log and "Traceback" not in log, log
+        _start_refused(Daemon(tmp_path, mock.url), "Permission denied", prefix)
     finally:
         sessions.chmod(0o700)

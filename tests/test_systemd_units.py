@@ -17,7 +17,8 @@ from agent.api.client import DEFAULT_SOCKET
 from agent.api.server import GOODBYE_TIMEOUT
 from agent.service import install
 from agent.service.daemon import UPSTREAM_CONNECTIONS
-from agent.service.config import DEFAULT_PATH, DEFAULT_STATE_DIRECTORY, parse
+from agent.paths import DEFAULT_PATH
+from agent.service.config import DEFAULT_STATE_DIRECTORY, parse
 from conftest import timeout
 from test_daemon_load import CLIENTS
 

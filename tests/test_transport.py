@@ -643,6 +643,49 @@ async def test_bad_head(response, match):
                 await c.get(server.url(), timeout=httpx.Timeout(timeout(5), pool=0.05))
 
 
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("response,match", [
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+     "Transfer-Encoding other than chunked"),
+    (CHUNKED_HEAD.replace(b"chunked", b"chunked, chunked") + b"5\r\nhello\r\n0\r\n\r\n",
+     "chunked more than once"),
+    (b"HTTP/1.1 200 O\x00K\r\nContent-Length: 5\r\n\r\nhello", "reason phrase"),
+    (CHUNKED_HEAD + b"5\nhello\r\n0\r\n\r\n", "ended by a bare LF"),
+    (CHUNKED_HEAD + b"5\r\nhello\r\n0\r\n\x00garbage\r\n\r\n", "not a trailer field"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello!", "disagree"),
+], ids=["te-gzip", "te-chunked-twice", "reason-nul", "chunk-line-bare-lf", "trailer-garbage",
+        "content-length-list-differs"])
+async def test_refused_framing_is_remote_protocol_error_and_closes(response, match):
+    """What h11 refuses is refused on a real connection too, named, and the
+    connection is not reused."""
+    async def handler(peer):
+        if await peer.request() is not None:
+            await peer.send(response)
+            await peer.until_eof()
+
+    async with serve(handler) as server, client(max_connections=1) as c:
+        with trio.fail_after(timeout(5)):
+            with pytest.raises(httpx.RemoteProtocolError, match=match):
+                await c.get(server.url())
+            await wait(server.peers[0].closed)
+
+
+async def test_lax_but_legal_heads_are_read_and_kept_alive():
+    """A head ending LF CRLF, a folded field and Content-Length: 2, 2 are
+    read as h11 reads them, and the connection serves the next request."""
+    response = (b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n\tcontinued\r\n"
+                b"Content-Length: 2, 2\n\r\nok")
+    async with serve(answer_each(response)) as server, client() as c:
+        for _ in range(2):
+            with trio.fail_after(timeout(5)):
+                r = await c.get(server.url())
+            assert r.content == b"ok"
+            assert r.headers["x-folded"] == "a continued"
+        assert server.connections == 1
+
+
 BAD_CHUNK_WITH_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
 
 

@@ -11,6 +11,11 @@ chunks in one read come out as one piece. Whether the connection can carry
 another request afterwards is keep_alive.
 
 Everything that is not HTTP/1.1 raises ProtocolError, which says what.
+What is refused and what is accepted follows h11: a head's lines end in
+CRLF or LF, a folded header line (obs-fold) is unfolded with one SP, a
+Content-Length repeated with the same value is one length; chunk-size lines
+end in CRLF, trailers are header fields, the only transfer coding is chunked,
+once, and a reason phrase holds no NUL or control whitespace.
 Sizes are bounded: the head by MAX_HEAD bytes and MAX_HEADERS fields, the
 interim responses before it by MAX_INTERIM, a chunk-size line by
 MAX_CHUNK_LINE, the trailers by MAX_HEAD.
@@ -25,7 +30,8 @@ MAX_HEADERS = 128
 MAX_CHUNK_LINE = 1024
 MAX_INTERIM = 8  # 1xx responses before the response
 
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ([^\r\n]*))?")
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: (.*))?", re.S)
+_REASON = re.compile(rb"(?:[ \t]|[^\x00\s])*")  # h11's reason-phrase
 _FIELD = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*([^\r\n\x00]*?)[ \t]*")
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
 
@@ -34,14 +40,50 @@ _HEAD, _LENGTH, _UNTIL_CLOSE, _CHUNK_SIZE_LINE, _CHUNK_DATA, _CHUNK_END, _TRAILE
     range(8)
 
 
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
+
 def _blank_line(buf: bytes) -> tuple[int, int]:
-    """Where the first empty line is (-1: none yet) and where what follows it
-    starts. Lines end in CRLF, or in LF alone from a lax server."""
-    end = buf.find(b"\r\n\r\n")
-    lf = buf.find(b"\n\n")
-    if lf >= 0 and (end < 0 or lf < end):
-        return lf, lf + 2
-    return end, end + 4
+    """Where the lines before the first empty line end, without their last
+    line end (-1: no empty line yet), and where what follows it starts.
+    Lines end in CRLF, or in LF alone from a lax server: the empty line is
+    LF or CRLF after either."""
+    m = _BLANK_LINE.search(buf)
+    if m is None:
+        return -1, -1
+    end = m.start()
+    if end and buf[end - 1] == 13:
+        end -= 1
+    return end, m.end()
+
+
+def _lines(block: bytes) -> list[bytes]:
+    """The lines of a head or trailer block, without their CRLF or LF."""
+    return [line[:-1] if line[-1:] == b"\r" else line for line in block.split(b"\n")]
+
+
+def _fields(lines: list[bytes], what: str) -> list[tuple[bytes, bytes]]:
+    """The header (or trailer) fields of these lines. A line that starts with
+    SP or HTAB continues the one before (obs-fold, RFC 9112 5.2): the fold
+    and the whitespace around it become one SP."""
+    unfolded: list[list[bytes]] = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            if not unfolded:
+                raise ProtocolError(f"a folded line before the first {what} field: "
+                                    f"{line[:80]!r}")
+            unfolded[-1][-1] = unfolded[-1][-1].rstrip(b" \t")
+            unfolded[-1].append(line.lstrip(b" \t"))
+        else:
+            unfolded.append([line])
+    fields = []
+    for parts in unfolded:
+        line = b" ".join(parts)
+        f = _FIELD.fullmatch(line)
+        if f is None:
+            raise ProtocolError(f"not a {what} field: {line[:80]!r}")
+        fields.append((f.group(1), f.group(2)))
+    return fields
 
 
 class ProtocolError(Exception):
@@ -107,24 +149,20 @@ class ResponseReader:
         return True
 
     def _parse_head(self, head: bytes) -> None:
-        lines = [line[:-1] if line[-1:] == b"\r" else line for line in head.split(b"\n")]
+        lines = _lines(head)
         m = _STATUS_LINE.fullmatch(lines[0])
         if m is None:
             raise ProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
+        reason = m.group(3) or b""
+        if _REASON.fullmatch(reason) is None:
+            raise ProtocolError(f"a NUL or control character in the reason phrase: "
+                                f"{reason[:80]!r}")
         self.http_version = b"HTTP/1." + m.group(1)
         self.status = int(m.group(2))
-        self.reason = m.group(3) or b""
+        self.reason = reason
         if len(lines) - 1 > MAX_HEADERS:
             raise ProtocolError(f"more than {MAX_HEADERS} header fields")
-        headers = []
-        for line in lines[1:]:
-            f = _FIELD.fullmatch(line)
-            if f is None:
-                if line[:1] in (b" ", b"\t"):
-                    raise ProtocolError("a folded header line (obsolete line folding)")
-                raise ProtocolError(f"not a header field: {line[:80]!r}")
-            headers.append((f.group(1), f.group(2)))
-        self.headers = headers
+        self.headers = _fields(lines[1:], "header")
 
     def _values(self, name: bytes) -> list[bytes]:
         """The comma-separated values of every field of this name, lowercased."""
@@ -134,32 +172,46 @@ class ResponseReader:
                 out.extend(p.strip().lower() for p in v.split(b","))
         return [p for p in out if p]
 
+    def _framing(self) -> tuple[bool, int | None]:
+        """Whether the body is chunked, and its Content-Length (None: none),
+        refusing what h11 refuses: a transfer coding other than chunked,
+        chunked twice, Content-Length values that are no length or differ.
+        Content-Length: 5, 5 (or two fields of 5) is a length of 5."""
+        codings = [v for k, v in self.headers if k.lower() == b"transfer-encoding"]
+        if codings:
+            if self._values(b"transfer-encoding").count(b"chunked") > 1:
+                raise ProtocolError("Transfer-Encoding names chunked more than once")
+            if len(codings) > 1:
+                raise ProtocolError("more than one Transfer-Encoding field")
+            if codings[0].lower() != b"chunked":
+                raise ProtocolError(f"a Transfer-Encoding other than chunked: "
+                                    f"{codings[0][:40]!r}")
+        lengths = {p.strip() for k, v in self.headers if k.lower() == b"content-length"
+                   for p in v.split(b",")}
+        for value in lengths:
+            if not value.isdigit() or len(value) > 18:
+                raise ProtocolError(f"Content-Length is not a length: {value[:40]!r}")
+        if len(lengths) > 1:
+            raise ProtocolError("Content-Length fields that disagree")
+        return bool(codings), int(lengths.pop()) if lengths else None
+
     def _frame(self) -> None:
         """How the body ends (RFC 9112 6.3) and whether the connection may
         serve another request."""
         connection = self._values(b"connection")
         self.keep_alive = (b"close" not in connection and
                            (self.http_version == b"HTTP/1.1" or b"keep-alive" in connection))
+        chunked, length = self._framing()
         if self._method == b"HEAD" or self.status in (204, 304):
             self._state = _DONE
             return
-        coding = self._values(b"transfer-encoding")
-        lengths = {v.strip() for k, v in self.headers if k.lower() == b"content-length"}
-        if coding:
-            if lengths:  # a message smuggled past one of the two framings
+        if chunked:
+            if length is not None:  # a message smuggled past one of the two framings
                 self.keep_alive = False
-            if coding[-1] == b"chunked":
-                self._state = _CHUNK_SIZE_LINE
-                return
-            self._state, self.keep_alive = _UNTIL_CLOSE, False
+            self._state = _CHUNK_SIZE_LINE
             return
-        if lengths:
-            if len(lengths) > 1:
-                raise ProtocolError("Content-Length fields that disagree")
-            value = lengths.pop()
-            if not value.isdigit() or len(value) > 18:
-                raise ProtocolError(f"Content-Length is not a length: {value[:40]!r}")
-            self._left = int(value)
+        if length is not None:
+            self._left = length
             self._state = _LENGTH if self._left else _DONE
             return
         self._state, self.keep_alive = _UNTIL_CLOSE, False
@@ -221,7 +273,10 @@ class ResponseReader:
                                             f"{MAX_CHUNK_LINE} bytes")
                     self._pending = data[pos:]
                     break
-                line = data[pos:lf - 1 if lf > pos and data[lf - 1] == 13 else lf]
+                if lf == pos or data[lf - 1] != 13:
+                    raise ProtocolError(f"a chunk-size line ended by a bare LF, not CRLF: "
+                                        f"{data[pos:lf][:40]!r}")
+                line = data[pos:lf - 1]
                 m = _CHUNK_SIZE.fullmatch(line)
                 if m is None:
                     raise ProtocolError(f"not a chunk-size line: {line[:40]!r}")
@@ -229,7 +284,8 @@ class ResponseReader:
                 self._left = int(m.group(1), 16)
                 state = _CHUNK_DATA if self._left else _TRAILERS
             elif state == _TRAILERS:
-                # trailer fields are read past, not kept; an empty line ends them
+                # trailer fields are checked and read past, not kept; an empty
+                # line ends them
                 rest = data[pos:]
                 if rest.startswith(b"\r\n") or rest.startswith(b"\n"):
                     pos += 2 if rest[0] == 13 else 1
@@ -241,6 +297,7 @@ class ResponseReader:
                         raise ProtocolError(f"trailers of more than {MAX_HEAD} bytes")
                     self._pending = rest
                     break
+                _fields(_lines(rest[:end]), "trailer")
                 pos += cut
                 state = _DONE
             else:  # _DONE with bytes left: no second response was asked for

@@ -38,9 +38,7 @@ from agent.settings.reader import ConfigError, Source, Table, describe, is_toml
 from agent.wyoming import framing as wyoming
 from agent.wyoming.config import WyomingConfig
 
-DEFAULT_PATH = "/etc/homeagent/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
-DEFAULT_VENV = "/opt/homeagent"  # where `homeagent install` puts the service's venv
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last one a NUL
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from agent.service.config import (DEFAULT_PATH, DEFAULT_STATE_DIRECTORY, DEFAULT_VENV,
-                                  default_config_text)
+from agent.paths import DEFAULT_PATH, DEFAULT_VENV
+from agent.service.config import DEFAULT_STATE_DIRECTORY, default_config_text
 
 UNITS = ("homeagent.socket", "homeagent.service")  # the order systemctl is given them
 UNIT_DIR = "/etc/systemd/system"

@@ -22,12 +22,20 @@ A write goes to a temporary file in the same directory, is fsynced, replaces
 the session file by rename and the directory is fsynced: a kill (or a power
 cut) at any instant leaves either the old or the new file, complete.
 
+No link is followed: the directory is opened once, without following a
+symlink in its place, and every name in it is reached through that
+descriptor (a directory renamed or replaced by a link later is not
+followed either). A temporary file is created exclusively (O_EXCL never
+follows a link): whatever sits at its name is not a write in progress, since
+the calls for one session are serialised, and is unlinked first. A link in
+place of a session file is replaced by the rename, its target untouched.
+
 The disk can fail (ENOSPC, EROFS, EACCES, EMFILE, a directory where a
 session file should be): every OSError of the store is raised as a
 StorageError naming the operation and the OS's reason, with memory left as
-it was before the call. Opening checks the directory is writable, so an
-unusable state directory stops the daemon at start rather than at the first
-answer.
+it was before the call. Opening writes and fsyncs a probe file of real
+bytes, so an unusable state directory (read-only, full, not writable) stops
+the daemon at start rather than at the first answer.
 
 Not thread-safe: the caller serialises the calls for one session. Calls for
 different sessions may run in different threads; they share only the dict of
@@ -44,6 +52,7 @@ import os
 import re
 import stat
 import time
+import weakref
 from dataclasses import dataclass
 
 from agent.jsontypes import is_type
@@ -61,7 +70,10 @@ _SUFFIX = ".json"
 _SEPARATOR = b",\n"
 _TAIL = b"\n]}\n"
 _PROBE = "probe"  # a session id: its write test is a temporary file _TEMP matches
+_PROBE_BYTES = b"\n" * 4096  # a page: a full disk refuses it, as it would a session
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
@@ -92,11 +104,20 @@ class SessionStore:
         self._sessions: dict[str, _Session] = {}
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            names = sorted(os.listdir(directory))
+            self._dirfd = os.open(directory, _DIRECTORY_FLAGS)
+        except OSError as exc:
+            if os.path.islink(directory):
+                raise StorageError(f"session directory {directory} is a symbolic link, "
+                                   "not followed", exc) from exc
+            raise StorageError(f"session directory {directory}", exc) from exc
+        weakref.finalize(self, os.close, self._dirfd)
+        try:
+            names = sorted(os.listdir(self._dirfd))
             for name in names:
                 if _TEMP.fullmatch(name):
-                    os.unlink(os.path.join(directory, name))
-            os.unlink(self._write_temp(_PROBE, b""))  # a read-only or full disk shows now
+                    os.unlink(name, dir_fd=self._dirfd)
+            # a read-only, full or unwritable disk shows now
+            os.unlink(self._write_temp(_PROBE, _PROBE_BYTES), dir_fd=self._dirfd)
         except OSError as exc:
             raise StorageError(f"session directory {directory}", exc) from exc
         for name in names:
@@ -150,7 +171,7 @@ class SessionStore:
             return False
         try:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(session_id))
+                os.unlink(session_id + _SUFFIX, dir_fd=self._dirfd)
             self._sync_directory()
         except OSError as exc:
             raise StorageError(f"session {session_id!r} was not deleted", exc) from exc
@@ -198,9 +219,9 @@ class SessionStore:
         return kept
 
     def _read(self, session_id: str) -> None:
-        path = self._path(session_id)
+        name = session_id + _SUFFIX
         try:
-            fd = os.open(path, _READ_FLAGS)  # a symlink fails with ELOOP
+            fd = os.open(name, _READ_FLAGS, dir_fd=self._dirfd)  # a symlink fails with ELOOP
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise ValueError("not a regular file")
@@ -211,14 +232,16 @@ class SessionStore:
             turns, updated = _parse(session_id, data)
         # JSON and UTF-8 errors are ValueErrors; nesting too deep is a RecursionError.
         except (OSError, ValueError, RecursionError) as exc:
-            self._set_aside(path, exc)
+            self._set_aside(name, exc)
             return
         self._sessions[session_id] = _Session(turns, len(data), updated)
 
-    def _set_aside(self, path: str, reason: Exception) -> None:
+    def _set_aside(self, name: str, reason: Exception) -> None:
+        path = os.path.join(self.directory, name)
         aside = f"{path}.corrupt-{int(time.time())}"
         try:
-            os.replace(path, aside)
+            os.replace(name, os.path.basename(aside),
+                       src_dir_fd=self._dirfd, dst_dir_fd=self._dirfd)
         except OSError as exc:
             log.error("session file %s does not read (%s) and cannot be moved aside (%s); "
                       "the session starts empty", path, reason, exc)
@@ -229,17 +252,24 @@ class SessionStore:
     def _write(self, session_id: str, data: bytes) -> None:
         temp = self._write_temp(session_id, data)
         try:
-            os.replace(temp, self._path(session_id))
+            os.replace(temp, session_id + _SUFFIX, src_dir_fd=self._dirfd,
+                       dst_dir_fd=self._dirfd)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(temp)
+                os.unlink(temp, dir_fd=self._dirfd)
             raise
         self._sync_directory()
 
     def _write_temp(self, session_id: str, data: bytes) -> str:
-        """data in a fsynced temporary file of the session: its path."""
-        temp = os.path.join(self.directory, f".{session_id}{_SUFFIX}.tmp-{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        """data in a fsynced temporary file of the session: its name."""
+        temp = f".{session_id}{_SUFFIX}.tmp-{os.getpid()}"
+        try:
+            fd = os.open(temp, _WRITE_FLAGS, 0o600, dir_fd=self._dirfd)
+        except FileExistsError:
+            # not a write in progress (one session's calls are serialised): a
+            # leftover or a planted link, removed (never followed)
+            os.unlink(temp, dir_fd=self._dirfd)
+            fd = os.open(temp, _WRITE_FLAGS, 0o600, dir_fd=self._dirfd)
         try:
             with open(fd, "wb") as f:
                 f.write(data)
@@ -247,20 +277,13 @@ class SessionStore:
                 os.fsync(f.fileno())
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(temp)
+                os.unlink(temp, dir_fd=self._dirfd)
             raise
         return temp
 
     def _sync_directory(self) -> None:
         """Make a rename or unlink in the directory durable."""
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _path(self, session_id: str) -> str:
-        return os.path.join(self.directory, session_id + _SUFFIX)
+        os.fsync(self._dirfd)
 
 
 def check_session_id(session_id: str) -> str:
