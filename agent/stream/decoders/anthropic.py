@@ -74,6 +74,7 @@ _BUILDER_NAME = {
 class AnthropicDecoder(ProviderDecoder):
     PROTOCOL = Protocol.ANTHROPIC
     END = "message_stop"
+    ARGUMENT_PATHS = frozenset({"delta.partial_json", "content_block.input"})
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
