@@ -30,6 +30,7 @@ from hostile import Hostile
 
 from agent.stream import Protocol
 from agent.stream.decoders.anthropic import AnthropicDecoder
+from agent.stream.decoders.ollama import OllamaDecoder
 from agent.stream.decoders.openai_chat import OpenAIChatDecoder
 from agent.stream.decoders.openai_responses import OpenAIResponsesDecoder
 from agent.stream.message import ArgumentsError
@@ -222,6 +223,37 @@ def test_a_text_piece_lost_beside_an_open_call_leaves_the_call_whole():
     assert message.dropped_events == {"delta_elided": 1}
 
 
+def ollama_line(message: dict, done: bool = False) -> bytes:
+    value = {"model": "m", "created_at": "2025-01-01T00:00:00Z",
+             "message": {"role": "assistant", "content": "", **message}, "done": done}
+    return json.dumps(value).encode() + b"\n"
+
+
+def ollama_call(arguments) -> bytes:
+    return (ollama_line({"tool_calls": [{"function": {"name": "note", "arguments": arguments}}]})
+            + ollama_line({}, done=True))
+
+
+def ollama_text(text: str) -> bytes:
+    return ollama_line({"content": text}) + ollama_line({}, done=True)
+
+
+NOT_OBJECTS = {"string": SMALL, "array": [1], "number": 5, "null": None}
+
+
+@pytest.mark.parametrize("kind", list(NOT_OBJECTS))
+def test_ollama_arguments_that_are_not_an_object_are_an_error(kind):
+    """Ollama's arguments are an object; anything else (a JSON string of one,
+    as some compatible servers send) is no arguments to run with."""
+    message, events = decode(OllamaDecoder(), ollama_call(NOT_OBJECTS[kind]))
+    [call] = message.tool_calls
+    assert (call.name, call.error, call.parsed, call.arguments) == \
+        ("note", ArgumentsError.NOT_AN_OBJECT, None, "")
+    assert call.error_detail == "the call's arguments were missing or not a JSON object"
+    [w] = of_class(events, DecodeWarning)
+    assert w.detail == "message.tool_calls[].function.arguments"
+
+
 def of_class(events: list, cls: type) -> list:
     return [e for e in events if type(e) is cls]
 
@@ -292,11 +324,13 @@ E2E_TOO_LARGE = {
     "responses-done-only": [responses_call(ARGUMENTS, deltas=False),
                             responses_text("Not noted.")],
 }
+E2E_NOT_AN_OBJECT = {"ollama-string-arguments": [ollama_call(SMALL), ollama_text("Not noted.")]}
 
 
 @pytest.fixture(scope="module")
 def too_large(tmp_path_factory):
-    daemon, upstream, log = notes_daemon(tmp_path_factory.mktemp("too-large"), E2E_TOO_LARGE)
+    daemon, upstream, log = notes_daemon(tmp_path_factory.mktemp("too-large"),
+                                         {**E2E_TOO_LARGE, **E2E_NOT_AN_OBJECT})
     yield daemon, log
     upstream.close()
     assert daemon.stop() == 0, daemon.log()
@@ -319,3 +353,18 @@ def test_a_call_that_lost_an_argument_piece_never_runs(too_large, provider):
     done = replies[-1]
     assert (done["type"], done["steps"], done["text"]) == ("done", 2, "Not noted."), done
     assert not log.exists()  # the tool never ran
+
+
+def test_an_ollama_call_whose_arguments_are_a_string_never_runs(too_large):
+    daemon, log = too_large
+    replies = ask(daemon, "ollama-string-arguments")
+    [call] = of_type(replies, "tool_call")
+    assert (call["name"], call.get("error")) == ("note", "not_an_object"), call
+    [result] = of_type(replies, "tool_result")
+    assert result["is_error"] is True and result["content"] == (
+        "the arguments were not usable (not_an_object: the call's arguments were missing or "
+        "not a JSON object); nothing was run")
+    assert [w["code"] for w in of_type(replies, "warning")] == ["field_type"]
+    done = replies[-1]
+    assert (done["type"], done["steps"], done["text"]) == ("done", 2, "Not noted."), done
+    assert not log.exists()

@@ -37,7 +37,8 @@ from agent.stream.decoders.base import (
     ThinkingBuilder,
     build_message,
 )
-from agent.stream.message import FinishReason, Message, merge_usage, normalise_finish
+from agent.stream.message import (ArgumentsError, FinishReason, Message, merge_usage,
+                                  normalise_finish)
 from agent.stream.records import Protocol
 
 
@@ -118,9 +119,12 @@ class OllamaDecoder(ProviderDecoder):
         return call
 
     def _close_open(self, out: list) -> None:
-        """A head whose arguments were not an object (the core warned): done
-        without arguments."""
+        """A head whose arguments were not an object, or none (the core
+        warned FIELD_TYPE or MISSING_FIELD): done as NOT_AN_OBJECT, never
+        run with no arguments in their place."""
         if self._open is not None:
+            self._open.lose(ArgumentsError.NOT_AN_OBJECT,
+                            "the call's arguments were missing or not a JSON object")
             self._done(self._open, out)
             self._open = None
 
