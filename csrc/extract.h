@@ -106,7 +106,10 @@ typedef enum {
     /* anthropic content_block_start / responses output_item.added: index,
        sub ha_item_kind, s1 id (tool_use id / call_id), s2 name, s3 item id
        (responses) ; code 1 when the item type is not one we know: s3 is
-       then the type string and raw the item JSON */
+       then the type string and raw the item JSON. Anthropic tool_use: raw
+       the input's JSON as sent when content_block.input is anything but
+       {} (absent otherwise; an input with an elided string warns
+       DELTA_ELIDED "content_block.input" after this record) */
     HA_REC_BLOCK_START = 8,
     /* anthropic content_block_stop / responses output_item.done: index,
        sub ha_item_kind, s1 call_id, s2 arguments (responses function_call),

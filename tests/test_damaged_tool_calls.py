@@ -9,7 +9,10 @@ through a real daemon talking to a hand-written server on loopback:
   the rest (`{}`, or JSON missing a member). Servers that send a call's
   arguments in one chunk (Ollama's OpenAI endpoint, vLLM, LiteLLM) hit it
   with about 33-64 KB of arguments, under max_tool_arguments;
-- Responses: arguments that came only in an output_item.done over the buffer.
+- Responses: arguments that came only in an output_item.done over the buffer;
+- Anthropic: a tool_use whose input came whole in content_block_start (no
+  input_json_delta) in an event over the buffer: the input elided, the call
+  ran with {}.
 
 The calls' tool accepts `{}`, so a damaged call that got through would run:
 the device's program logs every run.
@@ -101,6 +104,13 @@ def anthropic_call(arguments: str) -> bytes:
         {"type": "input_json_delta", "partial_json": arguments}])], "tool_use")
 
 
+def anthropic_start_input(arguments: str) -> bytes:
+    """The input whole in content_block_start, no input_json_delta."""
+    block = {"type": "tool_use", "id": "toolu_1", "name": "note",
+             "input": json.loads(arguments)}
+    return anthropic_stream([anthropic_block(0, block, [])], "tool_use")
+
+
 def anthropic_text(text: str) -> bytes:
     return anthropic_stream([anthropic_block(0, {"type": "text", "text": ""}, [
         {"type": "text_delta", "text": text}])], "end_turn")
@@ -180,6 +190,39 @@ def test_arguments_under_the_buffer_are_whole(protocol):
     [call] = message.tool_calls
     assert (call.error, call.parsed, call.arguments) == (None, {"text": "hi"}, SMALL)
     assert not of_class(events, DecodeWarning) and message.dropped_events == {}
+
+
+def test_anthropic_input_whole_in_a_start_over_the_buffer_is_too_large():
+    """The input came only in content_block_start, an event over the
+    buffer: its string elided, nothing of it arrived. Small, it is the
+    call's arguments (test_anthropic_decoder.py holds that to the SDK)."""
+    message, events = decode(AnthropicDecoder(), anthropic_start_input(ARGUMENTS))
+    [call] = message.tool_calls
+    assert (call.name, call.error, call.error_detail) == (
+        "note", ArgumentsError.TOO_LARGE,
+        "the input came whole in content_block_start, an event over the stream buffer of "
+        "65536 bytes, and was lost")
+    assert call.parsed is None and call.arguments == "" and not call.complete
+    assert [(w.code, w.detail) for w in of_class(events, DecodeWarning)] == [
+        (WarningCode.DELTA_ELIDED, "content_block.input")]
+    assert message.dropped_events == {"delta_elided": 1}
+    message, events = decode(AnthropicDecoder(), anthropic_start_input(SMALL))
+    [call] = message.tool_calls
+    assert (call.error, call.parsed, call.arguments) == (None, {"text": "hi"}, SMALL)
+    assert not of_class(events, DecodeWarning)
+
+
+def test_anthropic_pieces_after_an_elided_start_input_are_the_input():
+    """As the SDK: pieces replace the start's input, so one lost in the
+    start costs nothing when the pieces carry the call."""
+    block = {"type": "tool_use", "id": "toolu_1", "name": "note",
+             "input": json.loads(ARGUMENTS)}
+    body = anthropic_stream([anthropic_block(0, block, [
+        {"type": "input_json_delta", "partial_json": SMALL}])], "tool_use")
+    message, events = decode(AnthropicDecoder(), body)
+    [call] = message.tool_calls
+    assert (call.error, call.parsed) == (None, {"text": "hi"})
+    assert [w.detail for w in of_class(events, DecodeWarning)] == ["content_block.input"]
 
 
 def test_responses_arguments_only_in_a_done_item_over_the_buffer_are_too_large():
@@ -323,6 +366,7 @@ E2E_TOO_LARGE = {
     "responses-one-delta": [responses_call(ARGUMENTS), responses_text("Not noted.")],
     "responses-done-only": [responses_call(ARGUMENTS, deltas=False),
                             responses_text("Not noted.")],
+    "anthropic-start-input": [anthropic_start_input(ARGUMENTS), anthropic_text("Not noted.")],
 }
 E2E_NOT_AN_OBJECT = {"ollama-string-arguments": [ollama_call(SMALL), ollama_text("Not noted.")]}
 
@@ -368,3 +412,4 @@ def test_an_ollama_call_whose_arguments_are_a_string_never_runs(too_large):
     done = replies[-1]
     assert (done["type"], done["steps"], done["text"]) == ("done", 2, "Not noted."), done
     assert not log.exists()
+

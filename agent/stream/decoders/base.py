@@ -74,7 +74,7 @@ class CallBuilder:
     A call that lost bytes of its arguments on the way (lose()) is never
     whole again: it finishes as that error, its arguments not kept."""
     __slots__ = ("call", "id", "name", "item_id", "pieces", "done", "size", "max_arguments",
-                 "initial", "lost")
+                 "initial", "initial_lost", "lost")
 
     def __init__(self, call: int, id: str | None, name: str | None,
                  item_id: str | None = None, *,
@@ -90,6 +90,9 @@ class CallBuilder:
         # the arguments given whole before any piece (Anthropic's
         # content_block_start input): they stand when no piece follows
         self.initial: str | None = None
+        # ... or the loss of them (an event over the buffer): it stands
+        # as initial would, when no piece follows
+        self.initial_lost: tuple[ArgumentsError, str] | None = None
         self.lost: tuple[ArgumentsError, str] | None = None  # the first loss
 
     def add(self, piece: str) -> None:
@@ -110,8 +113,11 @@ class CallBuilder:
         """Complete the call once: parse its arguments, or mark it cut off,
         too large or damaged (its arguments then empty)."""
         if self.done is None:
-            if arguments is None and not self.size and self.initial is not None:
-                arguments = self.initial
+            if arguments is None and not self.size:
+                if self.initial_lost is not None:
+                    self.lose(*self.initial_lost)
+                elif self.initial is not None:
+                    arguments = self.initial
             size = self.size if arguments is None else len(arguments.encode("utf-8"))
             if size > self.max_arguments:
                 call = ToolCall(self.id, self.name, "", item_id=self.item_id,
@@ -141,7 +147,8 @@ class CallBuilder:
         False, no error yet): reading a message mid-stream changes nothing."""
         if self.done is not None:
             return self.done
-        return ToolCall(self.id, self.name, "".join(self.pieces), item_id=self.item_id)
+        return ToolCall(self.id, self.name, "".join(self.pieces) if self.size or self.initial is None
+                        else self.initial, item_id=self.item_id)
 
 
 @dataclass(slots=True)
