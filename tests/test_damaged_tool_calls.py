@@ -12,7 +12,10 @@ through a real daemon talking to a hand-written server on loopback:
 - Responses: arguments that came only in an output_item.done over the buffer;
 - Anthropic: a tool_use whose input came whole in content_block_start (no
   input_json_delta) in an event over the buffer: the input elided, the call
-  ran with {}.
+  ran with {};
+- Ollama: a line of tool calls over the buffer, or nested deeper than the
+  JSON scanner goes: the line was dropped with a warning and the model never
+  heard of its calls.
 
 The calls' tool accepts `{}`, so a damaged call that got through would run:
 the device's program logs every run.
@@ -36,8 +39,9 @@ from agent.stream.decoders.anthropic import AnthropicDecoder
 from agent.stream.decoders.ollama import OllamaDecoder
 from agent.stream.decoders.openai_chat import OpenAIChatDecoder
 from agent.stream.decoders.openai_responses import OpenAIResponsesDecoder
-from agent.stream.message import ArgumentsError
-from agent.stream.records import DecodeWarning, WarningCode
+from agent.stream.message import ArgumentsError, FinishReason
+from agent.stream.records import (DecodeWarning, FramingError, FramingErrorCode, JSONStatus,
+                                  WarningCode)
 
 # 40 KB of arguments (under the 64 KiB max_tool_arguments) whose event is
 # about 120 KB: a server's JSON escapes every non-ASCII character (\u00e9)
@@ -297,6 +301,63 @@ def test_ollama_arguments_that_are_not_an_object_are_an_error(kind):
     assert w.detail == "message.tool_calls[].function.arguments"
 
 
+# a call whose line is over the buffer: 40 KB of arguments, each é escaped
+# by the server's JSON (\u00e9), about 120 KB
+BIG_CALL = ollama_line({"tool_calls": [{"function": {"name": "note",
+                                                     "arguments": json.loads(ARGUMENTS)}}]})
+# nested deeper than the core's JSON scanner goes (HA_JSON_MAX_DEPTH, 64)
+DEEP_CALL = ollama_line({"tool_calls": [{"function": {"name": "note", "arguments": {
+    "a": json.loads("[" * 70 + "]" * 70)}}}]})
+
+
+def test_an_ollama_line_of_calls_over_the_buffer_is_a_too_large_call():
+    message, events = decode(OllamaDecoder(), BIG_CALL + ollama_line({}, done=True))
+    [call] = message.tool_calls
+    assert (call.name, call.error, call.parsed, call.arguments) == (
+        None, ArgumentsError.TOO_LARGE, None, "")
+    assert call.error_detail == (f"a line of tool calls was {len(BIG_CALL) - 1} bytes, over the "
+                                 f"stream buffer of 65536 bytes, and was lost")
+    assert of_class(events, FramingError) == [
+        FramingError(FramingErrorCode.LINE_TOO_LARGE, len(BIG_CALL) - 1, "message.tool_calls")]
+    assert message.finish_reason is FinishReason.TOOL_CALLS
+    assert message.dropped_events == {"line_too_large": 1}
+
+
+def test_an_ollama_line_of_calls_too_deep_to_scan_is_a_damaged_call():
+    message, events = decode(OllamaDecoder(), DEEP_CALL + ollama_line({}, done=True))
+    [call] = message.tool_calls
+    assert (call.error, call.parsed, call.arguments) == (ArgumentsError.DAMAGED, None, "")
+    assert call.error_detail == ("a line of tool calls was not JSON the decoder could read "
+                                 "(depth) and was lost")
+    [w] = of_class(events, DecodeWarning)
+    assert (w.code, w.json_status, w.detail) == (
+        WarningCode.BAD_JSON, JSONStatus.DEPTH, "message.tool_calls")
+    assert message.finish_reason is FinishReason.TOOL_CALLS
+
+
+def test_an_ollama_line_whose_calls_follow_a_long_text_is_a_too_large_call():
+    """The tool_calls member past the first 64 KiB of the line: the core
+    scans all of a line over the buffer, not only the part it held."""
+    line = ollama_line({"content": "x" * 70000,
+                        "tool_calls": [{"function": {"name": "note", "arguments": {}}}]})
+    message, _ = decode(OllamaDecoder(), line + ollama_line({}, done=True))
+    assert [c.error for c in message.tool_calls] == [ArgumentsError.TOO_LARGE]
+
+
+@pytest.mark.parametrize("line", [
+    ollama_line({"content": '"tool_calls": [' + "x" * 70000}),
+    ollama_line({"content": "x" * 70000, "images": None, "extra": {"tool_calls": [1]}}),
+    ollama_line({"thinking": json.loads("[" * 70 + "]" * 70), "content": "tool_calls"}),
+], ids=["named-in-text", "other-depth", "deep-without-calls"])
+def test_an_ollama_line_dropped_without_calls_makes_no_call(line):
+    """Only a line that held message.tool_calls as a member: the name in a
+    string, or deeper in another member, is no call."""
+    message, events = decode(OllamaDecoder(), line + ollama_line({}, done=True))
+    assert message.tool_calls == [] and message.finish_reason is FinishReason.STOP
+    dropped = of_class(events, FramingError) + of_class(events, DecodeWarning)
+    assert len(dropped) == 1 and dropped[0].detail is None
+
+
 def of_class(events: list, cls: type) -> list:
     return [e for e in events if type(e) is cls]
 
@@ -369,20 +430,25 @@ E2E_TOO_LARGE = {
     "anthropic-start-input": [anthropic_start_input(ARGUMENTS), anthropic_text("Not noted.")],
 }
 E2E_NOT_AN_OBJECT = {"ollama-string-arguments": [ollama_call(SMALL), ollama_text("Not noted.")]}
+E2E_LOST_LINE = {
+    "ollama-line-too-large": [BIG_CALL + ollama_line({}, done=True), ollama_text("Not noted.")],
+    "ollama-line-too-deep": [DEEP_CALL + ollama_line({}, done=True), ollama_text("Not noted.")],
+}
 
 
 @pytest.fixture(scope="module")
 def too_large(tmp_path_factory):
     daemon, upstream, log = notes_daemon(tmp_path_factory.mktemp("too-large"),
-                                         {**E2E_TOO_LARGE, **E2E_NOT_AN_OBJECT})
-    yield daemon, log
+                                         {**E2E_TOO_LARGE, **E2E_NOT_AN_OBJECT,
+                                          **E2E_LOST_LINE})
+    yield daemon, log, upstream
     upstream.close()
     assert daemon.stop() == 0, daemon.log()
 
 
 @pytest.mark.parametrize("provider", list(E2E_TOO_LARGE))
 def test_a_call_that_lost_an_argument_piece_never_runs(too_large, provider):
-    daemon, log = too_large
+    daemon, log, _ = too_large
     replies = ask(daemon, provider)
     [call] = of_type(replies, "tool_call")
     assert (call["name"], call.get("error")) == ("note", "too_large"), call
@@ -400,7 +466,7 @@ def test_a_call_that_lost_an_argument_piece_never_runs(too_large, provider):
 
 
 def test_an_ollama_call_whose_arguments_are_a_string_never_runs(too_large):
-    daemon, log = too_large
+    daemon, log, _ = too_large
     replies = ask(daemon, "ollama-string-arguments")
     [call] = of_type(replies, "tool_call")
     assert (call["name"], call.get("error")) == ("note", "not_an_object"), call
@@ -413,3 +479,31 @@ def test_an_ollama_call_whose_arguments_are_a_string_never_runs(too_large):
     assert (done["type"], done["steps"], done["text"]) == ("done", 2, "Not noted."), done
     assert not log.exists()
 
+
+@pytest.mark.parametrize("provider, error, warning, detail", [
+    ("ollama-line-too-large", "too_large", "line_too_large",
+     f"a line of tool calls was {len(BIG_CALL) - 1} bytes, over the stream buffer of 65536 "
+     f"bytes, and was lost"),
+    ("ollama-line-too-deep", "damaged", "bad_json",
+     "a line of tool calls was not JSON the decoder could read (depth) and was lost"),
+], ids=["too-large", "too-deep"])
+def test_an_ollama_line_of_calls_that_was_lost_is_an_error_result(too_large, provider, error,
+                                                                   warning, detail):
+    """The line is dropped whole: the model hears that its calls were lost,
+    by an error result, and answers on; nothing runs."""
+    daemon, log, upstream = too_large
+    replies = ask(daemon, provider)
+    [call] = of_type(replies, "tool_call")
+    assert call.get("error") == error, call
+    [result] = of_type(replies, "tool_result")
+    assert result["is_error"] is True and result["call_id"] == call["call_id"]
+    assert result["content"] == (f"the arguments were not usable ({error}: {detail}); "
+                                 f"nothing was run")
+    assert [w["code"] for w in of_type(replies, "warning")] == [warning]
+    # the model's next request carries the call and its error result
+    [_, again] = [json.loads(b) for name, b in upstream.bodies if name == provider]
+    assert again["messages"][-1] == {"role": "tool", "content": result["content"],
+                                     "tool_name": ""}
+    done = replies[-1]
+    assert (done["type"], done["steps"], done["text"]) == ("done", 2, "Not noted."), done
+    assert not log.exists()

@@ -500,6 +500,52 @@ static void test_anthropic_start_input(check_counts *c)
     free(f);
 }
 
+static void test_ollama_dropped_lines_name_calls(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OLLAMA, 64);
+    /* over the buffer: the framing error names the calls it held */
+    char *big = padded("{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                       "[{\"function\":{\"name\":\"n\",\"arguments\":{\"t\":\"",
+                       SSE_CAP, "\"}}}]},\"done\":false}\n");
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 rec(f, 0)[HA_WORD_CODE] == HA_ERR_LINE_TOO_LARGE &&
+                 rec(f, 0)[HA_WORD_INDEX] == (int64_t)strlen(big) - 1 &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH));
+    free(big);
+    /* ... and not when it held only text naming them */
+    big = padded("{\"model\":\"m\",\"message\":{\"content\":\"\\\"tool_calls\\\": ", SSE_CAP, "\"}}\n");
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 rec(f, 0)[HA_WORD_S1] == -1);
+    free(big);
+    /* nested deeper than the scanner goes: BAD_JSON names the calls */
+    char deep[1024];
+    int n = snprintf(deep, sizeof deep, "{\"message\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"a\":");
+    for (unsigned i = 0; i < HA_JSON_MAX_DEPTH; i++)
+        deep[n++] = '[';
+    for (unsigned i = 0; i < HA_JSON_MAX_DEPTH; i++)
+        deep[n++] = ']';
+    snprintf(deep + n, sizeof deep - (size_t)n, "}}}]}}\n");
+    feed(f, deep);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_WARNING &&
+                 rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 0)[HA_WORD_SUB] == HA_JSON_ERR_DEPTH &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH));
+    /* bad JSON without calls: no path */
+    feed(f, "{\"message\":{\"content\":\"tool_calls\"},\"x\":NaN}\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 0)[HA_WORD_S1] == -1);
+    /* a last line over the buffer without LF: named at close */
+    big = padded("{\"message\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"t\":\"",
+                 SSE_CAP, "");
+    feed(f, big);
+    CHECK(c, f->n == 0);
+    f->n = ha_stream_close(&f->st);
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH) && rec(f, 1)[HA_WORD_KIND] == HA_REC_TAIL);
+    free(big);
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -515,6 +561,7 @@ int main(int argc, char **argv)
     test_framing_records_and_tail(&c);
     test_ollama(&c);
     test_anthropic_start_input(&c);
+    test_ollama_dropped_lines_name_calls(&c);
     test_packed_return(&c);
     return check_summary(&c);
 }
