@@ -26,12 +26,24 @@ static void signature(ev_ctx *c, int64_t index, ha_json_val v, const char *path)
         ev_text(c, v, r + HA_WORD_S1);
 }
 
+/* A tool_use block's input: {} when input_json_delta pieces carry it (the
+ * API's streaming form), but a server may give it whole here. Anything but
+ * an empty object (or no input) is kept as raw bytes, exactly as sent; an
+ * input the framer elided strings of is lost, and DELTA_ELIDED says so. */
+static void tool_input(ev_ctx *c, ha_json_val input, int64_t *r)
+{
+    if (input.kind == HA_JSON_ABSENT || (input.kind == HA_JSON_OBJECT && !ev_has_members(c, input)))
+        return;
+    if (!ev_elided_within(c, input, "content_block.input"))
+        ev_raw_val(c, input, r);
+}
+
 static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
 {
-    ha_json_val type, text, thinking, sig, data, id, name;
+    ha_json_val type, text, thinking, sig, data, id, name, input;
     MEMBERS(block, MEMBER("type", type), MEMBER("text", text), MEMBER("thinking", thinking),
             MEMBER("signature", sig), MEMBER("data", data), MEMBER("id", id),
-            MEMBER("name", name));
+            MEMBER("name", name), MEMBER("input", input));
     if (!ev_required(c, type, HA_JSON_STRING, "content_block.type"))
         return;
     int64_t *r;
@@ -50,6 +62,7 @@ static void anthropic_block_start(ev_ctx *c, int64_t index, ha_json_val block)
         if ((r = ev_rec(c, HA_REC_BLOCK_START, index, HA_ITEM_TOOL_USE))) {
             ev_text_opt(c, id, r + HA_WORD_S1, "content_block.id");
             ev_text_opt(c, name, r + HA_WORD_S2, "content_block.name");
+            tool_input(c, input, r);
         }
     } else if ((r = ev_rec(c, HA_REC_BLOCK_START, index, HA_ITEM_OTHER))) {
         r[HA_WORD_CODE] = 1;

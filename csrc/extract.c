@@ -25,6 +25,9 @@ int ha_stream_init(ha_stream *st, ha_protocol proto, uint8_t *sse_buf,
     /* one buffer, one framer fed: the other stays empty */
     ha_sse_init(&st->sse, sse_buf, sse_cap);
     ha_ndjson_init(&st->nd, sse_buf, sse_cap);
+    if (proto == HA_PROTO_OLLAMA)
+        ha_ndjson_watch(&st->nd, HA_OLLAMA_CALLS_KEY, sizeof HA_OLLAMA_CALLS_KEY - 1,
+                        HA_OLLAMA_CALLS_DEPTH);
     /* JSON data: an oversize event keeps its small fields */
     ha_sse_elide(&st->sse, proto != HA_PROTO_SSE);
     st->proto = proto;
@@ -56,6 +59,15 @@ static void sse_record(ev_ctx *c, const ha_sse_event *ev)
         ev_warn(c, HA_WARN_REPLACED_UTF8, "event name or id");
 }
 
+/* Whether an Ollama line that will not be decoded held a tool_calls member. */
+static int calls_within(const uint8_t *line, size_t len)
+{
+    ha_json_keyscan scan;
+    ha_json_keyscan_init(&scan, HA_OLLAMA_CALLS_KEY, sizeof HA_OLLAMA_CALLS_KEY - 1,
+                         HA_OLLAMA_CALLS_DEPTH);
+    return ha_json_keyscan_feed(&scan, line, len);
+}
+
 static void json_event(ev_ctx *c)
 {
     ha_json_val root;
@@ -69,6 +81,8 @@ static void json_event(ev_ctx *c)
         if (r) {
             r[HA_WORD_CODE] = HA_WARN_BAD_JSON;
             ev_raw_span(c, 0, c->len, r);
+            if (c->st->proto == HA_PROTO_OLLAMA && calls_within(c->doc, c->len))
+                ev_text_lit(c, HA_OLLAMA_CALLS_PATH, r + HA_WORD_S1);
         }
         return;
     }
@@ -131,8 +145,11 @@ static void extract(ev_ctx *c, int status, const ha_sse_event *ev)
     case HA_SSE_ERR_NAME_TOO_LONG:
     case HA_SSE_ERR_ID_TOO_LONG:
     case HA_NDJSON_ERR_LINE_TOO_LARGE:
-        if ((r = ev_rec(c, HA_REC_FRAMING_ERROR, (int64_t)ev->size, -1)))
+        if ((r = ev_rec(c, HA_REC_FRAMING_ERROR, (int64_t)ev->size, -1))) {
             r[HA_WORD_CODE] = status;
+            if (c->st->pending_held)
+                ev_text_lit(c, HA_OLLAMA_CALLS_PATH, r + HA_WORD_S1);
+        }
         break;
     default: /* HA_SSE_NEED_INPUT */
         break;
@@ -173,8 +190,10 @@ static int frame_next(ha_stream *st, const uint8_t *in, size_t len, size_t *pos)
     if (st->proto != HA_PROTO_OLLAMA)
         return ha_sse_next(&st->sse, in, len, pos, &st->ev);
     status = ha_ndjson_next(&st->nd, in, len, pos, &line);
-    if (status != HA_NDJSON_NEED_INPUT)
+    if (status != HA_NDJSON_NEED_INPUT) {
         st->ev = (ha_sse_event){.data = line.data, .data_len = line.data_len, .size = line.size};
+        st->pending_held = status == HA_NDJSON_ERR_LINE_TOO_LARGE && line.held;
+    }
     return status;
 }
 
@@ -251,6 +270,7 @@ size_t ha_stream_close(ha_stream *st)
         if (status != HA_NDJSON_NEED_INPUT) {
             pending = line.size;
             st->ev = (ha_sse_event){.data = line.data, .data_len = line.data_len, .size = line.size};
+            st->pending_held = status == HA_NDJSON_ERR_LINE_TOO_LARGE && line.held;
             st->pending = 1;
             st->pending_status = status;
             deliver(st);

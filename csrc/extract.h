@@ -49,6 +49,12 @@
 #define HA_REC_WORDS 12
 #define HA_REC_HEADER 4
 #define HA_META_MAX 256u /* longest id / model kept to emit META only on change */
+/* Ollama: a line dropped (over the buffer, or not parsed) is scanned for
+ * this member of its message (ha_json_keyscan): the record that drops it
+ * names the path, so that the caller knows a tool call was lost. */
+#define HA_OLLAMA_CALLS_KEY "tool_calls"
+#define HA_OLLAMA_CALLS_DEPTH 2u /* root {message {tool_calls */
+#define HA_OLLAMA_CALLS_PATH "message.tool_calls"
 #define HA_TAPE_MAX 1024u /* values and keys of one event on the tape (json.h); more: scanned */
 
 typedef enum {
@@ -106,7 +112,10 @@ typedef enum {
     /* anthropic content_block_start / responses output_item.added: index,
        sub ha_item_kind, s1 id (tool_use id / call_id), s2 name, s3 item id
        (responses) ; code 1 when the item type is not one we know: s3 is
-       then the type string and raw the item JSON */
+       then the type string and raw the item JSON. Anthropic tool_use: raw
+       the input's JSON as sent when content_block.input is anything but
+       {} (absent otherwise; an input with an elided string warns
+       DELTA_ELIDED "content_block.input" after this record) */
     HA_REC_BLOCK_START = 8,
     /* anthropic content_block_stop / responses output_item.done: index,
        sub ha_item_kind, s1 call_id, s2 arguments (responses function_call),
@@ -129,9 +138,12 @@ typedef enum {
     HA_REC_END = 15,
     /* a chunk or field we could not use: code ha_warning, index JSON error
        offset or -1, sub json status or -1, s1 detail (field path, event
-       name), raw the event data */
+       name; ollama's BAD_JSON: HA_OLLAMA_CALLS_PATH when the line held
+       that member), raw the event data */
     HA_REC_WARNING = 16,
-    /* framing: code ha_framing_error, index size */
+    /* framing: code ha_framing_error, index size; ollama's LINE_TOO_LARGE:
+       s1 "message.tool_calls" when the dropped line held that member
+       (HA_OLLAMA_CALLS_PATH) */
     HA_REC_FRAMING_ERROR = 17,
     /* from ha_stream_close only: code HA_SSE_TAIL_* flags (ollama:
        HA_NDJSON_TAIL_PARTIAL_LINE, the last line, delivered, had no LF),
@@ -228,6 +240,7 @@ typedef struct {
     size_t events;
     int pending;                       /* a framed event awaits extraction */
     int pending_status;                /* ha_sse_status or ha_ndjson_status */
+    int pending_held;                  /* ollama: the dropped line held a call */
     ha_sse_event ev;
     uint8_t meta_id[HA_META_MAX]; size_t meta_id_len;
     uint8_t meta_model[HA_META_MAX]; size_t meta_model_len;

@@ -1330,3 +1330,59 @@ ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_dept
     *text_len = t_len;
     return HA_JSON_OK;
 }
+
+/* ---- a member's key in bytes that may not parse (json.h) ---- */
+
+void ha_json_keyscan_init(ha_json_keyscan *s, const char *key, size_t key_len, size_t depth)
+{
+    memset(s, 0, sizeof *s);
+    s->key = key;
+    s->key_len = key_len;
+    s->depth_want = depth;
+}
+
+int ha_json_keyscan_feed(ha_json_keyscan *s, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n && !s->found; i++) {
+        uint8_t b = p[i];
+        if (s->in_str) {
+            if (!s->candidate && !s->escape) {
+                /* not the key: on to the next quote or backslash */
+                while (i < n && p[i] != '"' && p[i] != '\\')
+                    i++;
+                if (i == n)
+                    break;
+                b = p[i];
+            }
+            if (s->escape) {
+                s->escape = 0;
+            } else if (b == '\\') {
+                s->escape = 1;
+                s->candidate = 0;
+            } else if (b == '"') {
+                s->in_str = 0;
+                s->colon = s->candidate && s->matched == s->key_len;
+            } else if (s->candidate) {
+                s->candidate = s->matched < s->key_len && b == (uint8_t)s->key[s->matched];
+                s->matched++;
+            }
+            continue;
+        }
+        if (s->colon) {
+            if (b == ' ' || b == '\t' || b == '\n' || b == '\r')
+                continue;
+            s->found = b == ':';
+            s->colon = 0;
+        }
+        if (b == '"') {
+            s->in_str = 1;
+            s->candidate = s->depth == s->depth_want;
+            s->matched = 0;
+        } else if (b == '{' || b == '[') {
+            s->depth++;
+        } else if ((b == '}' || b == ']') && s->depth > 0) {
+            s->depth--;
+        }
+    }
+    return s->found;
+}

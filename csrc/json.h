@@ -256,4 +256,26 @@ ha_json_status ha_json_flatten(const uint8_t *doc, size_t len, unsigned max_dept
                                uint8_t *text, size_t text_cap, size_t *text_len,
                                size_t *err_offset, unsigned *flags);
 
+/* ---- a member's key in bytes that may not parse ---- */
+
+/* Whether JSON bytes, fed in pieces, hold a member named key at a depth (1:
+ * the root object's members), for bytes that will not be parsed (a line
+ * over a buffer, a document the parser rejected). Strings are told from
+ * structure, so the name inside a string value is no member; no stack, a
+ * counter for the depth, constant memory, each byte looked at once. Bytes
+ * that are not JSON give some answer, never a fault. A key spelled with
+ * escapes is not recognised. */
+typedef struct {
+    const char *key;
+    size_t key_len;
+    size_t depth_want;
+    size_t depth;       /* containers open */
+    size_t matched;     /* bytes of key the string so far matches */
+    unsigned char in_str, escape, candidate, colon, found;
+} ha_json_keyscan;
+
+void ha_json_keyscan_init(ha_json_keyscan *s, const char *key, size_t key_len, size_t depth);
+/* Scan the next n bytes; returns s->found, which stays once set. */
+int ha_json_keyscan_feed(ha_json_keyscan *s, const uint8_t *p, size_t n);
+
 #endif

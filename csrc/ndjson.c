@@ -18,6 +18,13 @@ void ha_ndjson_init(ha_ndjson *n, uint8_t *buf, size_t cap)
     n->blank = 1;
 }
 
+void ha_ndjson_watch(ha_ndjson *n, const char *key, size_t key_len, size_t depth)
+{
+    ha_json_keyscan_init(&n->scan_start, key, key_len, depth);
+    n->scan = n->scan_start;
+    n->watching = 1;
+}
+
 static void append(ha_ndjson *n, const uint8_t *p, size_t k)
 {
     size_t room = n->cap > n->size ? n->cap - n->size : 0;
@@ -25,6 +32,13 @@ static void append(ha_ndjson *n, const uint8_t *p, size_t k)
         return;
     if (room > 0)
         memcpy(n->buf + n->size, p, k < room ? k : room);
+    if (n->watching && k > room) {
+        /* past the buffer: scan its head once, the line just left it, then
+           every byte that is only counted */
+        if (n->size <= n->cap)
+            ha_json_keyscan_feed(&n->scan, n->buf, n->cap);
+        ha_json_keyscan_feed(&n->scan, p + room, k - room);
+    }
     /* only until the first other byte: a line of JSON starts with one */
     for (size_t i = 0; n->blank && i < k; i++)
         n->blank = p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
@@ -43,13 +57,17 @@ static ha_ndjson_status end_line(ha_ndjson *n, ha_ndjson_line *line)
         line->data = n->buf;
         line->data_len = 0;
         line->size = len;
+        line->held = n->scan.found;
         st = HA_NDJSON_ERR_LINE_TOO_LARGE;
     } else {
         line->data = n->buf;
         line->data_len = len;
         line->size = len;
+        line->held = 0;
         st = HA_NDJSON_LINE;
     }
+    if (n->size > n->cap)
+        n->scan = n->scan_start;
     n->size = 0;
     n->blank = 1;
     n->last_cr = 0;
@@ -75,6 +93,7 @@ ha_ndjson_status ha_ndjson_next(ha_ndjson *n, const uint8_t *in, size_t len,
                 continue; /* blank */
             line->data = s;
             line->data_len = line->size = run - (s[run - 1] == '\r');
+            line->held = 0;
             *pos = p;
             return HA_NDJSON_LINE;
         }

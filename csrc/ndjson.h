@@ -15,6 +15,10 @@
  *  - a line longer than the buffer: HA_NDJSON_ERR_LINE_TOO_LARGE once, at
  *    its LF (so its size does not depend on how reads were split); the
  *    line is dropped and framing resumes with the next one.
+ *    When the caller watches a key (ha_ndjson_watch()), such a line is
+ *    scanned for it as it passes, its buffered head and every byte after
+ *    (ha_json_keyscan, json.h): the report says whether the line held it,
+ *    so a caller can tell what was lost. Lines that fit are not scanned.
  *  - end of stream: ha_ndjson_finish() delivers a last non-blank line that
  *    had no LF (the JSON scanner then decides whether it is whole) and
  *    names the missing LF in its flags instead of passing over it. No
@@ -26,6 +30,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "json.h"
 
 #define HA_NDJSON_MIN_CAPACITY 16u
 
@@ -46,6 +52,7 @@ typedef struct {
     const uint8_t *data; size_t data_len; /* LINE: the line, without LF or
                                              the CR before it */
     size_t size; /* ERR_LINE_TOO_LARGE: the line's length (saturating) */
+    int held;    /* ERR_LINE_TOO_LARGE: the line held the watched key */
 } ha_ndjson_line;
 
 /* The framer; members private to ndjson.c, defined here to be placed. */
@@ -55,11 +62,18 @@ typedef struct {
     size_t size;    /* bytes of the line in progress, stored or not */
     int blank;      /* no byte but JSON whitespace in it yet */
     int last_cr;    /* its last byte is a CR */
+    int watching;   /* ha_ndjson_watch() was called */
+    ha_json_keyscan scan, scan_start; /* of a line over the buffer; fresh */
 } ha_ndjson;
 
 /* Start a stream with a caller-owned buffer of cap (>= MIN_CAPACITY) bytes:
  * the longest line, its CR before LF not counted. */
 void ha_ndjson_init(ha_ndjson *n, uint8_t *buf, size_t cap);
+
+/* Scan each line over the buffer for a member named key (a literal that
+ * outlives the framer) at depth (1: the root's members); its report then
+ * says whether it held one. */
+void ha_ndjson_watch(ha_ndjson *n, const char *key, size_t key_len, size_t depth);
 
 /* Frame bytes in[*pos .. len), as ha_sse_next(): returns at the first line
  * to report or when the input is used up, *pos advanced past what was

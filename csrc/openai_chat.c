@@ -3,33 +3,18 @@
  * in it. */
 #include "record.h"
 
-static int has_members(const ev_ctx *c, ha_json_val obj)
-{
-    ha_json_iter it;
-    ha_json_val k, v;
-    ev_iter(c, &it, obj);
-    return ha_json_obj_next(&it, &k, &v);
-}
-
 /* Some compatible servers send the arguments as a JSON object, not as the
  * string of one: the object's bytes as sent are the argument string. A
  * string in it that the framer elided (an event over the buffer) would make
  * them other arguments than the model's: that piece is lost, as any delta. */
 static void chat_object_arguments(ev_ctx *c, int64_t choice, int64_t tool, ha_json_val args)
 {
-    static const char elided[] = "\"" HA_SSE_ELIDED "\"";
-    size_t n = args.end - args.start, marker = sizeof elided - 1;
-    const uint8_t *p = c->doc + args.start;
-    for (size_t i = 0; c->elided && i + marker <= n; i++) {
-        if (memcmp(p + i, elided, marker) == 0) {
-            ev_warn(c, HA_WARN_DELTA_ELIDED, "choices[].delta.tool_calls[].function.arguments");
-            return;
-        }
-    }
+    if (ev_elided_within(c, args, "choices[].delta.tool_calls[].function.arguments"))
+        return;
     unsigned flags = 0;
     int64_t *r = ev_rec(c, HA_REC_TOOL_ARGS, choice, tool);
     if (r)
-        ev_text_bytes(c, p, n, r + HA_WORD_S1, &flags);
+        ev_text_bytes(c, c->doc + args.start, args.end - args.start, r + HA_WORD_S1, &flags);
 }
 
 static void chat_tool_call(ev_ctx *c, int64_t choice, ha_json_val call)
@@ -126,7 +111,7 @@ void ev_openai_chat_event(ev_ctx *c, ha_json_val root)
             MEMBER("usage", usage), MEMBER("error", error));
     /* an error is an object with members or a message string; false, "",
        {} and null are what some servers send when there is none */
-    if ((error.kind == HA_JSON_OBJECT && has_members(c, error)) ||
+    if ((error.kind == HA_JSON_OBJECT && ev_has_members(c, error)) ||
         (error.kind == HA_JSON_STRING && error.end - error.start > 2)) {
         ev_error(c, error);
         return;

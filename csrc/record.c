@@ -299,6 +299,32 @@ void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
     st->out.co_has_id = has_id;
 }
 
+int ev_elided_within(ev_ctx *c, ha_json_val v, const char *path)
+{
+    static const char marker[] = "\"" HA_SSE_ELIDED "\"";
+    size_t n = v.end - v.start, m = sizeof marker - 1;
+    const uint8_t *p = c->doc + v.start, *q;
+    if (!c->elided)
+        return 0;
+    /* an elided string reads "\u0000" quoted, never so inside another */
+    for (size_t i = 0; i + m <= n && (q = memchr(p + i, '"', n - i - m + 1)) != NULL;
+         i = (size_t)(q - p) + 1) {
+        if (memcmp(q, marker, m) == 0) {
+            ev_warn(c, HA_WARN_DELTA_ELIDED, path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int ev_has_members(const ev_ctx *c, ha_json_val obj)
+{
+    ha_json_iter it;
+    ha_json_val k, v;
+    ev_iter(c, &it, obj);
+    return ha_json_obj_next(&it, &k, &v);
+}
+
 void ev_text_opt(ev_ctx *c, ha_json_val v, int64_t *span, const char *path)
 {
     if (ev_elided(c, v))

@@ -93,6 +93,12 @@ void ev_delta(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub,
 /* A delta's piece that the event type needs: required, then ev_delta. */
 void ev_piece(ev_ctx *c, ha_rec_kind kind, int64_t index, int64_t sub, ha_json_val v,
               ha_json_val item_id, const char *path);
+/* A value given whole (arguments as an object, an input) in an event whose
+ * long strings the framer elided: 1 when a string of v was elided, so v is
+ * not what was sent, with DELTA_ELIDED naming path; else 0. */
+int ev_elided_within(ev_ctx *c, ha_json_val v, const char *path);
+/* Whether obj, an object, has a member. */
+int ev_has_members(const ev_ctx *c, ha_json_val obj);
 /* META when the response id or model differs from the last one emitted. */
 void ev_meta(ev_ctx *c, ha_json_val id, ha_json_val model);
 /* An error object: {type|code, message}, or a bare string message. */

@@ -41,6 +41,7 @@ class Hostile:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.requests: list[str] = []
+        self.bodies: list[tuple[str, bytes]] = []  # (behaviour, request body)
         self.sent: dict[str, int] = {}
         self.closed = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
@@ -72,6 +73,7 @@ class Hostile:
                 body += conn.recv(65536)
             behaviour = lines[0].split()[1].split("/")[1]
             self.requests.append(behaviour)
+            self.bodies.append((behaviour, body))
             try:
                 getattr(self, "_" + behaviour.replace("-", "_"))(conn)
             except OSError:  # the daemon closed the connection: what it should do

@@ -224,7 +224,13 @@ def assert_same_as_sdk(msg, res: SDKResult) -> None:
         elif block.type in ("tool_use", "server_tool_use"):
             assert isinstance(part, ToolCall)
             assert (part.id, part.name) == (block.id, block.name)
-            assert part.arguments == res.json_bufs.get(i, b"").decode("utf-8")
+            sent = res.json_bufs.get(i, b"").decode("utf-8")
+            if not sent and block.input:
+                # no piece came: the SDK keeps the input content_block_start
+                # gave whole, and ours are those bytes as sent
+                assert json.loads(part.arguments) == block.input
+            else:
+                assert part.arguments == sent
             if part.complete:
                 assert part.error is None
                 assert part.parsed == block.input
@@ -383,6 +389,43 @@ def test_first_partial_json_empty_and_tool_without_parameters():
     assert [c.parsed for c in msg.tool_calls] == [{}, {}]
     assert [c.arguments for c in msg.tool_calls] == ["", ""]
     assert not of(events, ToolCallDelta)  # empty pieces are not events
+
+
+def tool_block_with(id, name, input):
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+def test_input_whole_in_content_block_start():
+    """A server may give a tool_use's input whole in content_block_start,
+    no input_json_delta after: the SDK keeps it as the block's input, and so
+    do we (its bytes as sent), never {}. When pieces come too, they are the
+    input, as the SDK's (the start's is replaced); an empty piece is none."""
+    given = {"text": "a \"b\" é 🙂", "n": [1, 2.5, None], "deep": {"k": True}}
+    body = body_of(
+        msg_start(), start(0, tool_block_with("toolu_a", "note", given)), stop(0),
+        start(1, tool_block_with("toolu_b", "note", {"x": 1})), args(1, '{"y":'), args(1, " 2}"),
+        stop(1),
+        start(2, tool_block_with("toolu_c", "note", {"z": 3})), args(2, ""), stop(2),
+        msg_delta("tool_use"), MSG_STOP)
+    events, msg = differential(body)
+    assert [(c.id, c.parsed, c.error, c.complete) for c in msg.tool_calls] == [
+        ("toolu_a", given, None, True), ("toolu_b", {"y": 2}, None, True),
+        ("toolu_c", {"z": 3}, None, True)]
+    assert json.loads(msg.tool_calls[0].arguments) == given
+    assert msg.tool_calls[2].arguments == '{"z":3}'  # the bytes as sent (compact)
+    assert not warnings(events)
+    assert [c.parsed for c in (d.tool_call for d in of(events, ToolCallDone))] == [
+        given, {"y": 2}, {"z": 3}]
+
+
+def test_input_in_start_that_is_not_an_object_is_an_error():
+    """An input that is no object (a string, a list) is no arguments a tool
+    takes: kept as sent, NOT_AN_OBJECT, never run with {}."""
+    body = body_of(msg_start(), start(0, tool_block_with("toolu_a", "note", "go")), stop(0),
+                   msg_delta("tool_use"), MSG_STOP)
+    _, msg = ours(body)
+    [call] = msg.tool_calls
+    assert (call.arguments, call.parsed, call.error) == ('"go"', None, ArgumentsError.NOT_AN_OBJECT)
 
 
 def test_thinking_signature_and_redacted_thinking():

@@ -33,7 +33,7 @@ from agent.stream.decoders.events import (
     ToolCallDone,
     ToolCallOpened,
 )
-from agent.stream.message import FinishReason
+from agent.stream.message import ArgumentsError, FinishReason
 from agent.stream.records import (
     DecodeWarning,
     FramingError,
@@ -378,6 +378,7 @@ def test_wrong_shapes_warn_by_path():
     assert got == [(WarningCode.MISSING_FIELD, "message"),
                    (WarningCode.FIELD_TYPE, "message.content"),
                    (WarningCode.FIELD_TYPE, "message.tool_calls[].function.arguments")]
-    # the call without an arguments object is still a call, with none
-    assert [(c.name, c.arguments, c.parsed) for c in dec.message.tool_calls] == [("f", "", {})]
+    # the call without an arguments object is still a call, an error one: never run with {}
+    assert [(c.name, c.arguments, c.parsed, c.error) for c in dec.message.tool_calls] == [
+        ("f", "", None, ArgumentsError.NOT_AN_OBJECT)]
     assert client_fails(body) is not None

@@ -295,7 +295,7 @@ class StreamDecoder:
                                  None if w[_SUB] < 0 else _JSON_STATUS[w[_SUB]],
                                  opt(_INDEX))
         if kind == lib.HA_REC_FRAMING_ERROR:
-            return FramingError(_FRAMING[w[_CODE]], w[_INDEX])
+            return FramingError(_FRAMING[w[_CODE]], w[_INDEX], s(_S1))
         if kind == lib.HA_REC_TAIL:
             flags = w[_CODE]
             return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),

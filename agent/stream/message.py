@@ -57,6 +57,7 @@ class ArgumentsError(enum.Enum):
     NOT_AN_OBJECT = "not_an_object"  # JSON, but tools take an object
     TRUNCATED = "truncated"          # the stream ended before the call did
     TOO_LARGE = "too_large"          # longer than the decoder's limit: not kept
+    DAMAGED = "damaged"              # bytes of them were lost on the way: not kept
 
 
 @dataclass(slots=True)

@@ -198,9 +198,12 @@ class DecodeWarning:
 
 @dataclass(slots=True)
 class FramingError:
-    """An event dropped by name: too large for the buffer, and so on."""
+    """An event dropped by name: too large for the buffer, and so on.
+    detail: the path of what the dropped data is known to have held, when
+    that matters (Ollama: "message.tool_calls", a tool call was lost)."""
     code: FramingErrorCode
     size: int
+    detail: str | None = None
 
 
 @dataclass(slots=True)

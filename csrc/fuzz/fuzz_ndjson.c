@@ -9,7 +9,9 @@
  *      buffer and the read);
  *  (c) *pos moves back, passes len, or NEED_INPUT leaves input unconsumed;
  *  (d) the outcomes differ from a naive reference that splits the whole
- *      stream at every LF first (ndjson.h's rules read literally).
+ *      stream at every LF first (ndjson.h's rules read literally), and
+ *      scans a line too large whole for the watched key (WATCH_KEY at
+ *      depth 1) where the framer scans it in pieces as it passes.
  */
 #include "ndjson.h"
 
@@ -19,9 +21,12 @@
 
 #include "olog.h"
 
-static void log_outcome(olog *l, int st, const uint8_t *data, size_t data_len, size_t size)
+#define WATCH_KEY "k"
+
+static void log_outcome(olog *l, int st, const uint8_t *data, size_t data_len, size_t size,
+                        int held)
 {
-    uint64_t words[3] = {(uint64_t)st, data_len, size};
+    uint64_t words[4] = {(uint64_t)st, data_len, size, (uint64_t)held};
     log_add(l, words, sizeof words);
     log_add(l, data, data_len);
 }
@@ -44,6 +49,7 @@ static void frame(olog *l, uint8_t *buf, size_t cap, const uint8_t *in, size_t l
     ha_ndjson n;
     ha_ndjson_line line;
     ha_ndjson_init(&n, buf, cap);
+    ha_ndjson_watch(&n, WATCH_KEY, sizeof WATCH_KEY - 1, 1);
     size_t at = 0, k = 0;
     while (at < len) {
         size_t piece = n_splits ? (size_t)splits[k++ % n_splits] % 17 + 1 : len;
@@ -61,7 +67,8 @@ static void frame(olog *l, uint8_t *buf, size_t cap, const uint8_t *in, size_t l
                 break;
             }
             check_line(&line, buf, cap, in + at, piece);
-            log_outcome(l, st, line.data, line.data_len, line.size);
+            log_outcome(l, st, line.data, line.data_len, line.size,
+                        st == HA_NDJSON_ERR_LINE_TOO_LARGE && line.held);
         }
         at += piece;
     }
@@ -71,9 +78,10 @@ static void frame(olog *l, uint8_t *buf, size_t cap, const uint8_t *in, size_t l
         __builtin_trap();
     if (st != HA_NDJSON_NEED_INPUT) {
         check_line(&line, buf, cap, NULL, 0);
-        log_outcome(l, st, line.data, line.data_len, line.size);
+        log_outcome(l, st, line.data, line.data_len, line.size,
+                    st == HA_NDJSON_ERR_LINE_TOO_LARGE && line.held);
     }
-    log_outcome(l, (int)flags, NULL, 0, 0);
+    log_outcome(l, (int)flags, NULL, 0, 0, 0);
     /* finish empties the framer */
     if (ha_ndjson_finish(&n, &line, &flags) != HA_NDJSON_NEED_INPUT || flags != 0)
         __builtin_trap();
@@ -98,16 +106,20 @@ static void reference(olog *l, size_t cap, const uint8_t *in, size_t len)
         if (n > 0 && in[end - 1] == '\r')
             n--;
         if (!blank(in + start, n)) {
-            if (n > cap)
-                log_outcome(l, HA_NDJSON_ERR_LINE_TOO_LARGE, NULL, 0, n);
-            else
-                log_outcome(l, HA_NDJSON_LINE, in + start, n, n);
+            if (n > cap) {
+                ha_json_keyscan scan;
+                ha_json_keyscan_init(&scan, WATCH_KEY, sizeof WATCH_KEY - 1, 1);
+                log_outcome(l, HA_NDJSON_ERR_LINE_TOO_LARGE, NULL, 0, n,
+                            ha_json_keyscan_feed(&scan, in + start, n));
+            } else {
+                log_outcome(l, HA_NDJSON_LINE, in + start, n, n, 0);
+            }
             if (!lf)
                 flags = HA_NDJSON_TAIL_PARTIAL_LINE;
         }
         start = end + 1;
     }
-    log_outcome(l, (int)flags, NULL, 0, 0);
+    log_outcome(l, (int)flags, NULL, 0, 0, 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

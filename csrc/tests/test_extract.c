@@ -447,6 +447,105 @@ static void test_packed_return(check_counts *c)
     free(f);
 }
 
+/* A string of n 'x' in a buffer the caller frees: between head and tail. */
+static char *padded(const char *head, size_t n, const char *tail)
+{
+    size_t h = strlen(head), t = strlen(tail);
+    char *s = malloc(h + n + t + 1);
+    if (!s)
+        exit(2);
+    memcpy(s, head, h);
+    memset(s + h, 'x', n);
+    memcpy(s + h + n, tail, t + 1);
+    return s;
+}
+
+static void test_anthropic_start_input(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_ANTHROPIC, 64);
+    /* {} (with or without spaces) or no input: the deltas carry it, no raw */
+    feed(f, "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{}}}\n\n"
+            "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{ }}}\n\n"
+            "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\"}}\n\n");
+    CHECK(c, f->n == 3);
+    for (size_t i = 0; i < 3; i++)
+        CHECK(c, rec(f, i)[HA_WORD_KIND] == HA_REC_BLOCK_START && rec(f, i)[HA_WORD_RAW] == -1);
+    /* any other input: its bytes as sent, escapes and spaces kept */
+    feed(f, "data: {\"type\":\"content_block_start\",\"index\":3,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{\"a\": [1, \"\\u00e9\"]}}}\n\n"
+            "data: {\"type\":\"content_block_start\",\"index\":4,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"s\",\"name\":\"web\",\"input\":\"q\"}}\n\n");
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_SUB] == HA_ITEM_TOOL_USE &&
+                 span_is(f, 0, HA_WORD_S1, "t") && raw_is(f, 0, "{\"a\": [1, \"\\u00e9\"]}") &&
+                 raw_is(f, 1, "\"q\""));
+    free(f);
+    /* an input over the buffer: its long string elided, the input lost; the
+       warning after the start it belongs to */
+    f = open_stream(HA_PROTO_ANTHROPIC, 64);
+    char *big = padded("data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"
+                       "{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{\"text\":\"",
+                       SSE_CAP + 100, "\"}}}\n\n");
+    feed(f, big);
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_KIND] == HA_REC_BLOCK_START &&
+                 rec(f, 0)[HA_WORD_RAW] == -1 && span_is(f, 0, HA_WORD_S2, "n") &&
+                 rec(f, 1)[HA_WORD_KIND] == HA_REC_WARNING &&
+                 rec(f, 1)[HA_WORD_CODE] == HA_WARN_DELTA_ELIDED &&
+                 span_is(f, 1, HA_WORD_S1, "content_block.input"));
+    free(big);
+    /* a long string beside the input (a text block's) leaves it whole */
+    big = padded("data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":"
+                 "{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"n\",\"input\":{\"a\":1},\"note\":\"",
+                 SSE_CAP + 100, "\"}}\n\n");
+    feed(f, big);
+    CHECK(c, f->n == 1 && raw_is(f, 0, "{\"a\":1}"));
+    free(big);
+    free(f);
+}
+
+static void test_ollama_dropped_lines_name_calls(check_counts *c)
+{
+    fixture *f = open_stream(HA_PROTO_OLLAMA, 64);
+    /* over the buffer: the framing error names the calls it held */
+    char *big = padded("{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                       "[{\"function\":{\"name\":\"n\",\"arguments\":{\"t\":\"",
+                       SSE_CAP, "\"}}}]},\"done\":false}\n");
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 rec(f, 0)[HA_WORD_CODE] == HA_ERR_LINE_TOO_LARGE &&
+                 rec(f, 0)[HA_WORD_INDEX] == (int64_t)strlen(big) - 1 &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH));
+    free(big);
+    /* ... and not when it held only text naming them */
+    big = padded("{\"model\":\"m\",\"message\":{\"content\":\"\\\"tool_calls\\\": ", SSE_CAP, "\"}}\n");
+    feed(f, big);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 rec(f, 0)[HA_WORD_S1] == -1);
+    free(big);
+    /* nested deeper than the scanner goes: BAD_JSON names the calls */
+    char deep[1024];
+    int n = snprintf(deep, sizeof deep, "{\"message\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"a\":");
+    for (unsigned i = 0; i < HA_JSON_MAX_DEPTH; i++)
+        deep[n++] = '[';
+    for (unsigned i = 0; i < HA_JSON_MAX_DEPTH; i++)
+        deep[n++] = ']';
+    snprintf(deep + n, sizeof deep - (size_t)n, "}}}]}}\n");
+    feed(f, deep);
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_WARNING &&
+                 rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 0)[HA_WORD_SUB] == HA_JSON_ERR_DEPTH &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH));
+    /* bad JSON without calls: no path */
+    feed(f, "{\"message\":{\"content\":\"tool_calls\"},\"x\":NaN}\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_CODE] == HA_WARN_BAD_JSON && rec(f, 0)[HA_WORD_S1] == -1);
+    /* a last line over the buffer without LF: named at close */
+    big = padded("{\"message\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"t\":\"",
+                 SSE_CAP, "");
+    feed(f, big);
+    CHECK(c, f->n == 0);
+    f->n = ha_stream_close(&f->st);
+    CHECK(c, f->n == 2 && rec(f, 0)[HA_WORD_KIND] == HA_REC_FRAMING_ERROR &&
+                 span_is(f, 0, HA_WORD_S1, HA_OLLAMA_CALLS_PATH) && rec(f, 1)[HA_WORD_KIND] == HA_REC_TAIL);
+    free(big);
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -461,6 +560,8 @@ int main(int argc, char **argv)
     test_output_full_is_a_transaction(&c);
     test_framing_records_and_tail(&c);
     test_ollama(&c);
+    test_anthropic_start_input(&c);
+    test_ollama_dropped_lines_name_calls(&c);
     test_packed_return(&c);
     return check_summary(&c);
 }

@@ -14,6 +14,7 @@ typedef struct {
     int status;          /* ha_ndjson_status, or -1 for the finish flags */
     char line[128];      /* LINE: its bytes */
     size_t size;         /* LINE, TOO_LARGE: size; finish: the flags */
+    int held;            /* TOO_LARGE: it held the watched key */
 } outcome;
 
 typedef struct {
@@ -31,16 +32,22 @@ static void add(outcomes *os, int status, const ha_ndjson_line *line, size_t siz
     o->size = size;
     if (line && status == HA_NDJSON_LINE && line->data_len < sizeof o->line)
         memcpy(o->line, line->data, line->data_len);
+    if (line && status == HA_NDJSON_ERR_LINE_TOO_LARGE)
+        o->held = line->held;
 }
 
-/* Feed s in pieces of at most step bytes after a first piece of first bytes. */
-static void run(const char *s, size_t len, size_t cap, size_t first, size_t step, outcomes *os)
+/* Feed s in pieces of at most step bytes after a first piece of first bytes;
+ * watching key at depth 2 unless key is NULL. */
+static void run(const char *s, size_t len, size_t cap, const char *key, size_t first,
+                size_t step, outcomes *os)
 {
     uint8_t buf[256];
     ha_ndjson n;
     ha_ndjson_line line;
     unsigned flags;
     ha_ndjson_init(&n, buf, cap);
+    if (key)
+        ha_ndjson_watch(&n, key, strlen(key), 2);
     memset(os, 0, sizeof *os);
     for (size_t at = 0; at < len;) {
         size_t piece = at == 0 ? first : step;
@@ -65,33 +72,43 @@ static int same(const outcomes *a, const outcomes *b)
         return 0;
     for (size_t i = 0; i < a->n; i++)
         if (a->o[i].status != b->o[i].status || a->o[i].size != b->o[i].size ||
+            a->o[i].held != b->o[i].held ||
             strcmp(a->o[i].line, b->o[i].line) != 0)
             return 0;
     return 1;
 }
 
-/* want: the lines expected ("!" + size for a line too large), then the
- * finish flags; checked fed whole, at every split and byte by byte. */
-static void expect(check_counts *c, const char *s, size_t cap, const char *const *want,
-                   size_t n_want, unsigned flags)
+/* want: the lines expected ("!" + size for a line too large, "?" + size
+ * for one that held the watched key), then the finish flags; checked fed
+ * whole, at every split and byte by byte, watching key unless it is NULL. */
+static void expect_watched(check_counts *c, const char *s, size_t cap, const char *key,
+                           const char *const *want, size_t n_want, unsigned flags)
 {
     size_t len = strlen(s);
     outcomes expected, got;
     memset(&expected, 0, sizeof expected);
     for (size_t i = 0; i < n_want; i++) {
-        ha_ndjson_line line = {(const uint8_t *)want[i], strlen(want[i]), strlen(want[i])};
-        if (want[i][0] == '!')
-            add(&expected, HA_NDJSON_ERR_LINE_TOO_LARGE, NULL, (size_t)strtoul(want[i] + 1, NULL, 10));
-        else
+        ha_ndjson_line line = {(const uint8_t *)want[i], strlen(want[i]), strlen(want[i]), 0};
+        if (want[i][0] == '!' || want[i][0] == '?') {
+            ha_ndjson_line big = {NULL, 0, 0, want[i][0] == '?'};
+            add(&expected, HA_NDJSON_ERR_LINE_TOO_LARGE, &big,
+                (size_t)strtoul(want[i] + 1, NULL, 10));
+        } else
             add(&expected, HA_NDJSON_LINE, &line, line.size);
     }
     add(&expected, -1, NULL, flags);
     for (size_t first = 0; first <= len; first++) {
-        run(s, len, cap, first, 0, &got);
+        run(s, len, cap, key, first, 0, &got);
         CHECK(c, same(&expected, &got));
     }
-    run(s, len, cap, 1, 1, &got);
+    run(s, len, cap, key, 1, 1, &got);
     CHECK(c, same(&expected, &got));
+}
+
+static void expect(check_counts *c, const char *s, size_t cap, const char *const *want,
+                   size_t n_want, unsigned flags)
+{
+    expect_watched(c, s, cap, NULL, want, n_want, flags);
 }
 
 #define LINES(...) (const char *const[]){__VA_ARGS__}, \
@@ -135,6 +152,33 @@ static void test_line_too_large(check_counts *c)
     expect(c, "{}\n0123456789abcdefghij", 16, LINES("{}", "!20"), HA_NDJSON_TAIL_PARTIAL_LINE);
 }
 
+static void test_line_too_large_held_the_key(check_counts *c)
+{
+    const char *k = "tool_calls";
+    /* a member of the root's message: held, whether in the buffered head
+       (cap 16) or past it, split anywhere; the next line is fresh */
+    expect_watched(c, "{\"m\":{\"tool_calls\":[{\"f\":1}]}}\n{}\n", 16, k,
+                   LINES("?30", "{}"), 0);
+    expect_watched(c, "{\"m\":{\"c\":\"0123456789abcdef\",\"tool_calls\":[]}}\n{}\n", 16, k,
+                   LINES("?46", "{}"), 0);
+    expect_watched(c, "{\"m\":{\"c\":\"0123456789abcdef\",\"tool_calls\":[]}}\r\n", 16, k,
+                   LINES("?46"), 0);
+    /* cut: held, and the missing LF named */
+    expect_watched(c, "{\"m\":{\"tool_calls\":[{\"f\":1", 16, k, LINES("?26"),
+                   HA_NDJSON_TAIL_PARTIAL_LINE);
+    /* the name inside a string, as a value, at another depth, escaped in
+       the string before it, or spelled with an escape: not held */
+    expect_watched(c, "{\"m\":{\"c\":\"\\\"tool_calls\\\":1\"}}\n", 16, k, LINES("!30"), 0);
+    expect_watched(c, "{\"m\":{\"c\":\"tool_calls\"}}\n", 16, k, LINES("!24"), 0);
+    expect_watched(c, "{\"tool_calls\":[],\"m\":{\"x\":{\"tool_calls\":1}}}\n", 16, k,
+                   LINES("!44"), 0);
+    expect_watched(c, "{\"m\":{\"tool\\u005fcalls\":[]}}\n", 16, k, LINES("!28"), 0);
+    /* a line that fits is not scanned: delivered as it is */
+    expect_watched(c, "{\"tool_calls\":1}\n", 16, k, LINES("{\"tool_calls\":1}"), 0);
+    /* not watching: never held */
+    expect(c, "{\"m\":{\"tool_calls\":[{\"f\":1}]}}\n", 16, LINES("!30"), 0);
+}
+
 static void test_positions_and_finish(check_counts *c)
 {
     uint8_t buf[32];
@@ -167,6 +211,7 @@ int main(void)
     test_lines_and_line_ends(&c);
     test_end_of_stream(&c);
     test_line_too_large(&c);
+    test_line_too_large_held_the_key(&c);
     test_positions_and_finish(&c);
     return check_summary(&c);
 }

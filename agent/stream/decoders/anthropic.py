@@ -74,6 +74,7 @@ _BUILDER_NAME = {
 class AnthropicDecoder(ProviderDecoder):
     PROTOCOL = Protocol.ANTHROPIC
     END = "message_stop"
+    ARGUMENT_PATHS = frozenset({"delta.partial_json"})
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -82,6 +83,7 @@ class AnthropicDecoder(ProviderDecoder):
         self._implicit: set[int] = set()       # blocks made by a delta, not a start
         self._ignored: set[tuple] = set()      # (block index, why) of deltas ignored
         self._calls: list[CallBuilder] = []    # in start order
+        self._started: CallBuilder | None = None  # the call the last start made or named
         self._held: list[CallBuilder] = []     # stopped, arguments did not parse
         self._msg = Message()
         self._citations: dict[int, list] = {}  # block index -> parsed citations
@@ -188,6 +190,7 @@ class AnthropicDecoder(ProviderDecoder):
         return b
 
     def _start(self, e: rec.BlockStart, out: list) -> None:
+        self._started = None
         old = self._blocks.get(e.index)
         if old is not None:
             # A repeated start. A block made by an early delta takes a start
@@ -197,6 +200,7 @@ class AnthropicDecoder(ProviderDecoder):
                 self._implicit.discard(e.index)
                 if type(old) is CallBuilder:
                     old.id, old.name = e.call_id, e.name
+                    self._input(old, e)
                     if old.done is not None:
                         old.done.id, old.done.name = e.call_id, e.name
                 elif e.kind is ItemKind.REDACTED_THINKING:
@@ -219,10 +223,30 @@ class AnthropicDecoder(ProviderDecoder):
             # the core puts a redacted block's data in call_id (s1)
             self._blocks[e.index] = ThinkingBuilder(redacted_data=e.call_id)
         elif k is ItemKind.TOOL_USE:
-            self._new_call(e.index, e.call_id, e.name, out)
+            self._input(self._new_call(e.index, e.call_id, e.name, out), e)
         else:
             self._blocks[e.index] = OtherPart(e.unknown_type, e.raw)
             out.append(rec.DecodeWarning(WarningCode.UNKNOWN_ITEM_TYPE, e.unknown_type, e.raw))
+
+    def _input(self, call: CallBuilder, e: rec.BlockStart) -> None:
+        """The input a tool_use start gave whole (the core sends it when it
+        is not {}): the call's arguments when no input_json_delta carries
+        any, as the SDK keeps content_block.input until a piece replaces it."""
+        self._started = call
+        if e.raw is not None:
+            call.initial = e.raw.decode("utf-8", "replace")
+
+    def _lost(self, event, code: str, out: list) -> None:
+        """A start's input elided (the core warns right after the start):
+        lost for the call that start made, if no piece brings its input."""
+        if code == "delta_elided" and event.detail == "content_block.input":
+            if self._started is not None:
+                self._started.initial_lost = (
+                    ArgumentsError.TOO_LARGE,
+                    f"the input came whole in content_block_start, an event over the stream "
+                    f"buffer of {self._buffer_size} bytes, and was lost")
+            return
+        super()._lost(event, code, out)
 
     def _args(self, e: rec.ToolArgsDelta, out: list) -> None:
         call = self._block(e, CallBuilder, out)

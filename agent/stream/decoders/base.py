@@ -70,8 +70,11 @@ _NO_PART = "no part continues"  # never the core's `single`
 class CallBuilder:
     """A tool call under construction; `call` is its position in the message.
     Arguments past max_arguments bytes are counted, not kept: a model cannot
-    make the daemon hold (or echo, or store) more than that of one call."""
-    __slots__ = ("call", "id", "name", "item_id", "pieces", "done", "size", "max_arguments")
+    make the daemon hold (or echo, or store) more than that of one call.
+    A call that lost bytes of its arguments on the way (lose()) is never
+    whole again: it finishes as that error, its arguments not kept."""
+    __slots__ = ("call", "id", "name", "item_id", "pieces", "done", "size", "max_arguments",
+                 "initial", "initial_lost", "lost")
 
     def __init__(self, call: int, id: str | None, name: str | None,
                  item_id: str | None = None, *,
@@ -84,6 +87,13 @@ class CallBuilder:
         self.done: ToolCall | None = None
         self.size = 0  # bytes of the arguments so far, kept or not
         self.max_arguments = max_arguments
+        # the arguments given whole before any piece (Anthropic's
+        # content_block_start input): they stand when no piece follows
+        self.initial: str | None = None
+        # ... or the loss of them (an event over the buffer): it stands
+        # as initial would, when no piece follows
+        self.initial_lost: tuple[ArgumentsError, str] | None = None
+        self.lost: tuple[ArgumentsError, str] | None = None  # the first loss
 
     def add(self, piece: str) -> None:
         # most argument pieces are ASCII: their length is their size, no copy
@@ -93,10 +103,21 @@ class CallBuilder:
         else:
             self.pieces.append(piece)
 
+    def lose(self, error: ArgumentsError, detail: str) -> None:
+        """Bytes of the arguments were lost (an event or a piece dropped):
+        what arrives is not what the model sent. The first loss is named."""
+        if self.done is None and self.lost is None:
+            self.lost = (error, detail)
+
     def finish(self, arguments: str | None = None, truncated: bool = False) -> ToolCall:
-        """Complete the call once: parse its arguments, or mark it cut off or
-        too large (its arguments then empty)."""
+        """Complete the call once: parse its arguments, or mark it cut off,
+        too large or damaged (its arguments then empty)."""
         if self.done is None:
+            if arguments is None and not self.size:
+                if self.initial_lost is not None:
+                    self.lose(*self.initial_lost)
+                elif self.initial is not None:
+                    arguments = self.initial
             size = self.size if arguments is None else len(arguments.encode("utf-8"))
             if size > self.max_arguments:
                 call = ToolCall(self.id, self.name, "", item_id=self.item_id,
@@ -105,6 +126,10 @@ class CallBuilder:
                                              f"limit of {self.max_arguments}; not kept")
                 self.done = call
                 return call
+            if self.lost is not None:
+                self.done = ToolCall(self.id, self.name, "", item_id=self.item_id,
+                                     error=self.lost[0], error_detail=self.lost[1])
+                return self.done
             call = ToolCall(self.id, self.name,
                             "".join(self.pieces) if arguments is None else arguments,
                             item_id=self.item_id)
@@ -122,7 +147,8 @@ class CallBuilder:
         False, no error yet): reading a message mid-stream changes nothing."""
         if self.done is not None:
             return self.done
-        return ToolCall(self.id, self.name, "".join(self.pieces), item_id=self.item_id)
+        return ToolCall(self.id, self.name, "".join(self.pieces) if self.size or self.initial is None
+                        else self.initial, item_id=self.item_id)
 
 
 @dataclass(slots=True)
@@ -143,10 +169,14 @@ class ProviderDecoder:
 
     PROTOCOL: Protocol
     END: str  # what the protocol's end looks like, for MessageIncomplete
+    # the warning paths of a tool call's argument piece: a DELTA_ELIDED
+    # warning with one of them lost bytes of a call's arguments
+    ARGUMENT_PATHS: frozenset[str] = frozenset()
 
     def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE,
                  max_arguments: int = DEFAULT_MAX_ARGUMENTS) -> None:
         self._core = StreamDecoder(self.PROTOCOL, buffer_size)
+        self._buffer_size = buffer_size
         self._max_arguments = max_arguments  # of each tool call, in bytes
         self._ended = False   # the protocol's end was seen
         self._closed = False
@@ -186,12 +216,32 @@ class ProviderDecoder:
     def _pass_through(self, event, out: list) -> None:
         """A core event that means the same for every protocol (ProviderError,
         DecodeWarning, FramingError, Truncated, UnknownField), counted when it
-        stands for an event dropped whole. Counted here, on the rare branch,
+        stands for an event dropped whole, and then the damage of the calls
+        it may have carried bytes of (_lost). Counted here, on the rare branch,
         rather than by a walk over every feed's output."""
         code = dropped_code(event)
+        out.append(event)
         if code is not None:
             self.dropped_events[code] = self.dropped_events.get(code, 0) + 1
-        out.append(event)
+            self._lost(event, code, out)
+
+    def _lost(self, event, code: str, out: list) -> None:
+        """An event dropped whole, or a delta's piece. A piece elided from an
+        event over the buffer is named by its path: an argument piece lost
+        bytes of the calls still open, which then never run. (A whole event
+        dropped is not known to have carried arguments: it is counted and
+        warned, the calls are kept, docs/stream-core.md.)"""
+        if code == "delta_elided" and event.detail in self.ARGUMENT_PATHS:
+            for call in self._open_calls():
+                call.lose(ArgumentsError.TOO_LARGE, self._too_large_piece())
+
+    def _too_large_piece(self) -> str:
+        return (f"a piece of the arguments came in an event over the stream buffer of "
+                f"{self._buffer_size} bytes and was lost; what arrived is not kept")
+
+    def _open_calls(self) -> list[CallBuilder]:
+        """The calls whose arguments are still arriving."""
+        return [c for c in self._calls if c.done is None]
 
     def close(self) -> list:
         """End of body: pending events, then what was left unfinished."""

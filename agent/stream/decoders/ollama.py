@@ -20,6 +20,10 @@ the core's ProviderError; data after the done line is not decoded
 (DecodeWarning AFTER_END once); a body cut before it is MessageIncomplete,
 and a last line without LF is decoded and also named by Truncated, passed
 on even after the end since it says something about the body.
+A line the core dropped whole (over the buffer, or JSON it could not
+read) that held `message.tool_calls` (the core scans it and names the path)
+adds one call for the line's calls, done as TOO_LARGE or DAMAGED: the
+model gets an error result saying why nothing ran, rather than silence.
 
 Events out: TextDelta and ReasoningDelta (the core's), ToolCallOpened,
 ToolCallDelta, ToolCallDone, MessageFinished, Usage, Timings, and the core's
@@ -37,8 +41,11 @@ from agent.stream.decoders.base import (
     ThinkingBuilder,
     build_message,
 )
-from agent.stream.message import FinishReason, Message, merge_usage, normalise_finish
+from agent.stream.message import (ArgumentsError, FinishReason, Message, merge_usage,
+                                  normalise_finish)
 from agent.stream.records import Protocol
+
+_CALLS_PATH = "message.tool_calls"  # HA_OLLAMA_CALLS_PATH: a dropped line held calls
 
 
 class OllamaDecoder(ProviderDecoder):
@@ -118,11 +125,34 @@ class OllamaDecoder(ProviderDecoder):
         return call
 
     def _close_open(self, out: list) -> None:
-        """A head whose arguments were not an object (the core warned): done
-        without arguments."""
+        """A head whose arguments were not an object, or none (the core
+        warned FIELD_TYPE or MISSING_FIELD): done as NOT_AN_OBJECT, never
+        run with no arguments in their place."""
         if self._open is not None:
+            self._open.lose(ArgumentsError.NOT_AN_OBJECT,
+                            "the call's arguments were missing or not a JSON object")
             self._done(self._open, out)
             self._open = None
+
+    def _lost(self, event, code: str, out: list) -> None:
+        """A line dropped whole (over the buffer, or JSON the core could not
+        read) that held message.tool_calls, as the core names it: the
+        model asked for calls that never arrive. One call stands for them,
+        done as the error, so the model hears why nothing ran."""
+        if event.detail != _CALLS_PATH:
+            return
+        if code == "line_too_large":
+            error, detail = ArgumentsError.TOO_LARGE, (
+                f"a line of tool calls was {event.size} bytes, over the stream buffer of "
+                f"{self._buffer_size} bytes, and was lost")
+        else:
+            error, detail = ArgumentsError.DAMAGED, (
+                f"a line of tool calls was not JSON the decoder could read "
+                f"({event.json_status.name.lower()}) and was lost")
+        call = self._start(None, None, out)
+        call.lose(error, detail)
+        self._open = None
+        self._done(call, out)
 
     def _finish(self, raw: str | None, out: list) -> None:
         self._close_open(out)

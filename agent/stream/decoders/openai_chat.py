@@ -43,6 +43,7 @@ class _Choice:
 class OpenAIChatDecoder(ProviderDecoder):
     PROTOCOL = Protocol.OPENAI_CHAT
     END = "[DONE]"
+    ARGUMENT_PATHS = frozenset({"choices[].delta.tool_calls[].function.arguments"})
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -75,6 +76,9 @@ class OpenAIChatDecoder(ProviderDecoder):
 
     def _continued(self, delta):
         return self._choice(delta.index).parts[-1]
+
+    def _open_calls(self) -> list:
+        return [c for choice in self._choices.values() for c in choice.calls if c.done is None]
 
     def _handle(self, events: list, out: list) -> None:
         append = out.append

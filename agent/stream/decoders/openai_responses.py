@@ -36,13 +36,15 @@ from agent.stream.decoders.base import (
     build_message,
 )
 from agent.stream.records import ItemKind, Protocol, WarningCode
-from agent.stream.message import FinishReason, Message, merge_usage, normalise_finish
+from agent.stream.message import (ArgumentsError, FinishReason, Message, merge_usage,
+                                  normalise_finish)
 
 _TEXT = ItemKind.TEXT
 _THINKING = ItemKind.THINKING
 _TOOL_USE = ItemKind.TOOL_USE
 _OTHER = ItemKind.OTHER
 _NO_INDEX = 1 << 62  # items whose output_index was spoiled sort last
+_ELIDED = "\0"  # what a string the framer elided (sse.h) reads as
 
 
 def _object(raw: bytes | None) -> dict:
@@ -170,6 +172,25 @@ class OpenAIResponsesDecoder(ProviderDecoder):
             item = self._new(item_id, index, kind, out)
         return item
 
+    def _call_of(self, item_id: str | None, index: int, out: list) -> CallBuilder:
+        """The call an argument delta names, made as _item() makes an item."""
+        item = self._item(item_id, index, _TOOL_USE, out)
+        return item.call or self._new_call(item, None, None, out)
+
+    def _lost(self, event, code: str, out: list) -> None:
+        """Every Responses delta's path is "delta": the elided event's type
+        says whether the piece was arguments, and its item id whose."""
+        if code != "delta_elided":
+            super()._lost(event, code, out)
+            return
+        raw = _object(event.raw)
+        if raw.get("type") != "response.function_call_arguments.delta":
+            return
+        item_id, index = raw.get("item_id"), raw.get("output_index")
+        self._call_of(item_id if isinstance(item_id, str) else None,
+                      index if type(index) is int and index >= 0 else -1,
+                      out).lose(ArgumentsError.TOO_LARGE, self._too_large_piece())
+
     # ---- events ----
 
     def _handle(self, events: list, out: list) -> None:
@@ -190,8 +211,7 @@ class OpenAIResponsesDecoder(ProviderDecoder):
                 b.pieces.append(e.text)
                 append(e)
             elif kind is rec.ToolArgsDelta:
-                item = self._item(e.item_id, e.index, _TOOL_USE, out)
-                call = item.call or self._new_call(item, None, None, out)
+                call = self._call_of(e.item_id, e.index, out)
                 call.add(e.text)
                 append(ev.ToolCallDelta(call.call, e.text))
             elif kind is rec.ReasoningDelta:
@@ -286,6 +306,13 @@ class OpenAIResponsesDecoder(ProviderDecoder):
         if call.name is None and isinstance(raw.get("name"), str):
             call.name = raw["name"]
         args = e.arguments
+        if args is None and not call.size and e.raw is not None \
+                and _object(e.raw).get("arguments") == _ELIDED:
+            # the arguments came only here, in an event over the buffer:
+            # elided, and no delta carried them
+            call.lose(ArgumentsError.TOO_LARGE,
+                      f"the arguments came only in output_item.done, an event over the "
+                      f"stream buffer of {self._buffer_size} bytes, and were lost")
         if args is not None and call.pieces:
             joined = "".join(call.pieces)
             if joined != args:
