@@ -4,7 +4,7 @@ The secrets are the API keys and the credentials in provider headers
 (authorization, x-api-key...). They leave only in requests upstream, yet
 come back: a model server quotes a wrong key in its error event or in a
 stream field, an exception quotes the request header it could not send.
-So every reply line (agent/api/replies.py's encode) and every log record
+So every reply (agent/core/edge.py, the masking edge) and every log record
 (agent/service/log.py) passes through the masker of the running config,
 which the daemon installs at start and again on each reload.
 

@@ -8,7 +8,7 @@
     every field's wrong type, every missing required field, every field of
     another operation, the id rules, the error codes with the id echoed once
     it could be read; hypothesis-built requests round-trip;
-(c) the replies (agent/api/replies.py): dump_line, encode of each reply
+(c) the replies (agent/core/replies.py) on the wire (agent/api/wire.py): dump_line, encode of each reply
     type, and ErrorCode held equal to docs/protocol.md's table.
 """
 

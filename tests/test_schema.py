@@ -1,4 +1,4 @@
-"""The tool-argument schemas (agent/devices/schema.py): one table of
+"""The tool-argument schemas (agent/tools/schema.py): one table of
 instances per keyword with the exact messages, one of refused schemas with
 theirs, the relay example, and hypothesis properties: random instances
 against random schemas only ever give a list of messages, and instances

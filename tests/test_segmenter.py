@@ -1,4 +1,4 @@
-"""The sentence segmenter (agent/devices/segmenter.py): one table per rule,
+"""The sentence segmenter (agent/text/segmenter.py): one table per rule,
 streaming and close() behaviour, and hypothesis properties: the segments
 never depend on where the answer was cut into deltas, and the input is
 always the segments with only whitespace around them.

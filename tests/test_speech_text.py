@@ -1,4 +1,4 @@
-"""The text cleaner for speech (agent/devices/speech_text.py): one table per
+"""The text cleaner for speech (agent/text/speech.py): one table per
 rule, and hypothesis properties: cleaning never raises, the output is never
 longer than the input (with the default options) or than its stated bound,
 where the text was cut into deltas never changes the result, and plain prose
