@@ -45,7 +45,8 @@ class Subscribers:
         self._subscriptions.pop(subscription, None)
 
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
-        self._send(reply, origin.request)
+        if self._subscriptions:
+            self._send(reply, origin.request)
 
     def notice(self, reply: replies.Reply) -> None:
         """A device's state: without `request`."""

@@ -33,6 +33,7 @@ from typing import Any, Awaitable, Callable, Iterator, Protocol
 
 import trio
 
+from agent import masking
 from agent.core import replies
 from agent.core.commands import Announce, Ask, Door, Origin, Refused, Stop, StopAsks
 from agent.core.edge import masked, outgoing
@@ -123,13 +124,18 @@ class Center:
         self.counters.asks += 1
         outcome = Outcome.FAILED
         origin = ask.origin
-        listeners = self._listeners
+        listeners = tuple(self._listeners)
         stop = Stop()
+        delta, mask = replies.Delta, masking.mask
 
         async def emit(reply: replies.Reply) -> None:
             nonlocal outcome, origin
-            reply = masked(reply)
-            if type(reply) is not replies.Delta:  # the per-token path: nothing else to note
+            if type(reply) is delta:  # the per-token path: masked here, nothing else to note
+                text = mask(reply.text)
+                if text is not reply.text:
+                    reply = delta(text)
+            else:
+                reply = masked(reply)
                 if isinstance(reply, replies.Started):
                     origin = origin.on_session(reply.session)
                     self._asks[stop] = origin

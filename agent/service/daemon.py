@@ -220,10 +220,11 @@ class _Daemon:
             self.mqtt = MqttService(self.center, config.mqtt, __version__, self.devices)
             self.center.boards = self.mqtt
         # The listeners, in order: subscribers see a reply first; the devices
-        # next (at an answer's done they queue its last sentences); the board
-        # last, so its state then reads speaking, not idle.
+        # next, when there are any (at an answer's done they queue its last
+        # sentences); the board last, so its state then reads speaking, not idle.
         self.center.add_listener(self.server.subscribers)
-        self.center.add_listener(self.devices)
+        if self.devices:
+            self.center.add_listener(self.devices)
         if self.mqtt is not None:
             self.center.add_listener(self.mqtt)
 
