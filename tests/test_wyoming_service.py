@@ -17,12 +17,13 @@ import subprocess
 import sys
 import os
 import time
+from pathlib import Path
 
 import pytest
 import trio
 
 import wyoming_conversation_client as ha_client
-from agent.wyoming.service import QUEUE, ConversationService, _Peer, session_for
+from agent.wyoming.service import ECHO, QUEUE, ConversationService, _Peer, session_for
 from agent.mock_llm.scripts import ENGLISH
 from agent.wyoming.config import WyomingConfig
 from agent.wyoming.framing import Event, Reader, encode
@@ -169,6 +170,20 @@ def test_an_empty_transcript_and_a_ping(served):
 ])
 def test_who_may_connect_over_tcp(peer, allowed):
     service = ConversationService(None, WyomingConfig(
+        listen=("tcp", "0.0.0.0", 10700), allow=(ipaddress.ip_network("192.168.1.20"),),
+        allow_loopback=True), "v")
+    assert service._allowed(peer) is allowed
+
+
+@pytest.mark.parametrize(("peer", "allowed"), [
+    ("127.0.0.1", False), ("::1", False), ("::ffff:127.0.0.1", False),
+    ("192.168.1.20", True), ("::ffff:192.168.1.20", True), (None, True),
+])
+def test_loopback_over_tcp_only_by_opt_in(peer, allowed):
+    """Anything on the host can connect to loopback TCP, and no uid names it:
+    let in only with wyoming.allow_loopback (a Unix socket's peer is checked
+    by its credentials instead)."""
+    service = ConversationService(None, WyomingConfig(
         listen=("tcp", "0.0.0.0", 10700), allow=(ipaddress.ip_network("192.168.1.20"),)), "v")
     assert service._allowed(peer) is allowed
 
@@ -301,3 +316,431 @@ def until_true(condition, seconds: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+# ---- a door as hard as the socket's (the hardening issue, items 4-6) ----
+# Each test below runs a real `homeagent serve` with a [wyoming] table of
+# small limits; the peers are raw sockets (the attackers) and the `wyoming`
+# package's client (Home Assistant).
+
+from daemon_harness import toml_value  # noqa: E402
+
+
+def wyoming_daemon(tmp_path, mock, listen: str, providers: dict | None = None,
+                   daemon: dict | None = None, **keys) -> Daemon:
+    (tmp_path / "d").mkdir(exist_ok=True)
+    table = "\n".join(["[wyoming]", f"listen = {toml_value(listen)}",
+                       *(f"{key} = {toml_value(value)}" for key, value in keys.items())])
+    return Daemon(tmp_path / "d", mock.url, extra=table + "\n", providers=providers,
+                  daemon=daemon).start()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tcp_peer(port: int, source: str = "127.0.0.1", host: str = "127.0.0.1") -> socket.socket:
+    sock = socket.socket(socket.AF_INET)
+    sock.settimeout(timeout(20))
+    sock.bind((source, 0))
+    sock.connect((host, port))
+    return sock
+
+
+def unix_peer(uri: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(timeout(20))
+    sock.connect(uri[len("unix://"):])
+    return sock
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the daemon sends until it closes the connection (bounded wait)."""
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def events_until(sock: socket.socket, last: str) -> list[Event]:
+    reader, events = Reader(), []
+    while not events or events[-1].type != last:
+        data = sock.recv(65536)
+        assert data, f"closed after {[e.type for e in events]}"
+        events += reader.feed(data)
+    return events
+
+
+def wyoming_status(daemon: Daemon) -> dict:
+    with daemon.client() as client:
+        return client.call("status")["wyoming"]
+
+
+def test_idle_peers_are_closed_and_home_assistant_gets_in(tmp_path, mock):
+    """Item 4: eight idle connections held every slot for as long as they
+    stayed open; now a peer silent for idle_timeout is closed."""
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}", idle_timeout=0.5,
+                            max_connections=8, max_connections_per_peer=8)
+    idle = []
+    try:
+        idle = [unix_peer(f"unix://{sock_path}") for _ in range(8)]
+        for sock in idle:
+            assert until_closed(sock) == b""   # closed by the daemon, no event ever sent
+        [turn] = turns(converse(f"unix://{sock_path}", QUESTION))
+        assert turn[-1]["type"] == "handled"
+        assert daemon.log().count("closed: no event for 0.5 s (wyoming.idle_timeout)") == 8
+    finally:
+        for sock in idle:
+            sock.close()
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_dripping_event_is_closed_at_event_timeout(tmp_path, mock):
+    """Item 4: a header sent a byte at a time kept its slot (each byte a sign
+    of life); an event must now come whole within event_timeout."""
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}", idle_timeout=60.0,
+                            event_timeout=0.5)
+    try:
+        with unix_peer(f"unix://{sock_path}") as sock:
+            header = encode(Event("describe"))
+            closed = False
+            deadline = time.monotonic() + timeout(20)
+            for byte in header[:-1] * 100:  # never the newline: the event never ends
+                assert time.monotonic() < deadline, "timed out"
+                try:
+                    sock.send(bytes([byte]))
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                    break
+                time.sleep(0.05)
+            assert closed
+        assert "an event not complete 0.5 s after it began (wyoming.event_timeout)" in daemon.log()
+        [turn] = turns(converse(f"unix://{sock_path}", QUESTION))
+        assert turn[-1]["type"] == "handled"
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+# An upstream whose first part comes after 30 s: an ask that runs on and on
+STALLED = {"mock": {"headers": {"x-mock-delay-ms": "30000"}}}
+
+
+def test_a_peer_that_leaves_during_its_ask_frees_its_slot_and_ends_its_ask(tmp_path, mock):
+    """Item 4: a peer that sent a transcript and left kept its slot (and its
+    ask ran on) until the model's first output; EOF is noticed now."""
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}", providers=STALLED)
+    try:
+        with unix_peer(f"unix://{sock_path}") as sock:
+            sock.sendall(encode(Event("transcript", {"text": QUESTION})))
+            until_true(lambda: wyoming_status(daemon)["active"], 20)
+        until_true(lambda: wyoming_status(daemon)["connections"] == 0, 20)
+        until_true(lambda: not wyoming_status(daemon)["active"], 20)
+        with daemon.client() as client:
+            status = client.call("status")
+        assert not status["active"] and status["counters"]["cancelled"] == 1
+        assert "left during its ask; the ask is cancelled" in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_wyoming_asks_in_flight_are_in_status_with_their_peer(tmp_path, mock):
+    """Low item: the status listed no Wyoming ask; now each with its peer,
+    session and seconds, as the socket door's `active`."""
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}", providers=STALLED)
+    try:
+        with unix_peer(f"unix://{sock_path}") as sock:
+            sock.sendall(encode(Event("transcript", {
+                "text": QUESTION, "context": {"conversation_id": "ha-status"}})))
+            until_true(lambda: wyoming_status(daemon)["active"], 20)
+            [flight] = wyoming_status(daemon)["active"]
+            assert flight["peer"] == f"wyoming peer uid={os.getuid()} gid={os.getgid()} " \
+                                     f"pid={os.getpid()}"
+            assert flight["session"] == session_for({"conversation_id": "ha-status"})
+            assert isinstance(flight["seconds"], float) and flight["seconds"] >= 0
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_caps_per_peer_address_and_slots_kept_for_named_peers(tmp_path, mock):
+    """Item 4: strangers (loopback TCP, let in by allow_loopback) take at
+    most max_connections_per_peer each and never the reserved slots; an
+    address allow names one by one still gets in."""
+    port = free_port()
+    daemon = wyoming_daemon(tmp_path, mock, f"tcp://0.0.0.0:{port}", allow_loopback=True,
+                            allow=["127.0.0.9"], max_connections=4,
+                            max_connections_per_peer=2, reserved_connections=1)
+    held = []
+    try:
+        held = [tcp_peer(port, "127.0.0.1"), tcp_peer(port, "127.0.0.1")]
+        until_true(lambda: wyoming_status(daemon)["connections"] == 2, 20)
+        with tcp_peer(port, "127.0.0.1") as third:  # over the per-address cap
+            assert until_closed(third) == b""
+        held.append(tcp_peer(port, "127.0.0.2"))
+        until_true(lambda: wyoming_status(daemon)["connections"] == 3, 20)
+        with tcp_peer(port, "127.0.0.3") as stranger:  # the last slot is kept
+            assert until_closed(stranger) == b""
+        with tcp_peer(port, "127.0.0.9") as named:  # Home Assistant's address
+            named.sendall(encode(Event("describe")))
+            assert events_until(named, "info")[-1].type == "info"
+        status = wyoming_status(daemon)
+        assert status["refused"] == 2
+        log = daemon.log()
+        assert "(wyoming.max_connections_per_peer)" in log
+        assert "(wyoming.reserved_connections)" in log
+    finally:
+        for sock in held:
+            sock.close()
+        assert daemon.stop() == 0, daemon.log()
+
+
+def peak_rss_kib(daemon: Daemon) -> int:
+    """The daemon's peak resident set (VmHWM), in KiB."""
+    with open(f"/proc/{daemon.process.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+MEMORY_HIGH_KIB = 128 * 1024  # the shipped unit's MemoryHigh=128M
+
+
+def test_peers_that_never_read_echoes_stay_under_memory_high(tmp_path, mock):
+    """Item 5: a peer that sends pings with a long text (and transcripts with
+    a long context) and never reads got each echoed into a queue of 256
+    events of up to 1 MiB: one took the daemon from 44 MB to 311 MB. Four
+    such peers now; the peak RSS stays under the unit's MemoryHigh."""
+    import threading
+
+    assert "MemoryHigh=128M" in (Path(__file__).parent.parent / "agent/service/units"
+                                 / "homeagent.service").read_text()
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}")
+    text = "x" * (512 * 1024)
+    ping = encode(Event("ping", {"text": text}))
+    empty = encode(Event("transcript", {"text": " ", "context": {"pad": text}}))
+    peers = [unix_peer(f"unix://{sock_path}") for _ in range(4)]
+    sent = [0] * len(peers)
+
+    def attack(n: int) -> None:
+        peers[n].settimeout(2)  # the daemon stopped reading it: the attack is over
+        try:
+            for index in range(160):
+                peers[n].sendall(ping if index % 2 else empty)
+                sent[n] += 1
+        except OSError:
+            pass
+
+    try:
+        before = peak_rss_kib(daemon)
+        threads = [threading.Thread(target=attack, args=(n,)) for n in range(len(peers))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout(120))
+        peak = peak_rss_kib(daemon)
+        print(f"\nwyoming echo attack: 4 peers sent {sum(sent)} events of 512 KiB; the "
+              f"daemon's VmHWM {before / 1024:.1f} MiB before, {peak / 1024:.1f} MiB after, "
+              f"VmRSS {daemon.rss_kib() / 1024:.1f} MiB")
+        assert peak < MEMORY_HIGH_KIB
+        for sock in peers:
+            sock.close()
+        until_true(lambda: wyoming_status(daemon)["connections"] == 0, 30)
+        [turn] = turns(converse(f"unix://{sock_path}", QUESTION))
+        assert turn[-1]["type"] == "handled"
+    finally:
+        for sock in peers:
+            sock.close()
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_long_context_or_ping_text_is_not_echoed(served):
+    """Item 5: what is echoed is capped: a context or a ping text over ECHO
+    bytes is not echoed at all, a short one is, whole."""
+    _, uri = served
+    long = "y" * ECHO
+    reply = raw_peer(uri, encode(Event("ping", {"text": long}))
+                     + encode(Event("ping", {"text": "short"}))
+                     + encode(Event("transcript", {"text": "", "context": {"id": long}}))
+                     + encode(Event("transcript", {"text": "", "context": {"id": "c1"}}))
+                     + b"not json\n")
+    assert Reader().feed(reply) == [
+        Event("pong", {}), Event("pong", {"text": "short"}),
+        Event("not-handled", {"text": "empty transcript"}),
+        Event("not-handled", {"text": "empty transcript", "context": {"id": "c1"}})]
+
+
+def test_a_peer_that_pipelines_5000_describes_and_reads_gets_every_info(tmp_path, mock):
+    """Low item: 5,000 describes in one go were closed with no reply at the
+    queue's bound; now the peer is not read while its queue is half full,
+    and it gets every reply."""
+    import threading
+
+    sock_path = tmp_path / "w.sock"
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}")
+    try:
+        with unix_peer(f"unix://{sock_path}") as sock:
+            writer = threading.Thread(target=sock.sendall,
+                                      args=(encode(Event("describe")) * 5000,))
+            writer.start()
+            reader, infos = Reader(), 0
+            while infos < 5000:
+                data = sock.recv(65536)
+                assert data, f"closed after {infos} infos"
+                infos += sum(1 for e in reader.feed(data) if e.type == "info")
+            writer.join(timeout(20))
+        assert "closed" not in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def as_user(uid: int, sock_path: str) -> subprocess.CompletedProcess:
+    """A peer of another uid on the Unix socket: sends describe, prints what came."""
+    code = (f"import os, socket\nos.setgroups([]); os.setgid({uid}); os.setuid({uid})\n"
+            f"s = socket.socket(socket.AF_UNIX); s.settimeout({timeout(20)})\n"
+            f"s.connect({sock_path!r})\n"
+            "data = b''\n"
+            "try:\n"
+            "    s.sendall(b'{\"type\": \"describe\"}\\n')\n"
+            "    while chunk := s.recv(65536):\n"
+            "        data += chunk\n"
+            "        if b'info' in data: break\n"
+            "except (BrokenPipeError, ConnectionResetError):\n"
+            "    pass  # closed at once\n"
+            "print('info' if b'info' in data else 'closed')\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout(30))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a peer of another uid needs root to make")
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_unix_socket_lets_in_the_socket_apis_allow_users_only(tmp_path, mock, allowed):
+    """Item 6: one access policy for every door. Wyoming's Unix socket reads
+    its peer's credentials (SO_PEERCRED) and checks them against
+    daemon.allow_users / allow_groups, as the socket API does; its mode
+    (and group) are configurable."""
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="homeagent-")  # a directory uid 65534 can traverse
+    os.chmod(where, 0o755)
+    sock_path = Path(where) / "w.sock"
+    nobody = 65534
+    daemon = wyoming_daemon(tmp_path, mock, f"unix:{sock_path}", socket_mode=0o666,
+                            daemon={"allow_users": [nobody] if allowed else [12345]})
+    try:
+        assert os.stat(sock_path).st_mode & 0o777 == 0o666
+        out = as_user(nobody, str(sock_path))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == ("info" if allowed else "closed")
+        if not allowed:
+            assert f"wyoming peer uid={nobody} gid={nobody} pid=" in daemon.log()
+            assert "refused: not let in (daemon.allow_users, allow_groups)" in daemon.log()
+            assert wyoming_status(daemon)["refused"] == 1
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_tcp_is_opt_in_and_never_lets_every_local_user_in():
+    """Item 6: a loopback TCP listener let every local uid drive the tools.
+    TCP now lets in only wyoming.allow's addresses, and this host's with
+    allow_loopback = true: a listener that would let nobody in (or, before,
+    everybody on the host) is refused at --check."""
+    from agent.service.config import ConfigError, parse
+
+    base = 'default_provider = "m"\n[providers.m]\nprotocol = "ollama"\n' \
+           'base_url = "http://127.0.0.1:11434"\nmodel = "x"\n[wyoming]\n'
+    with pytest.raises(ConfigError, match="allow_loopback"):
+        parse(base + 'listen = "tcp://127.0.0.1:10700"\n', "c.toml")
+    config = parse(base + 'listen = "tcp://127.0.0.1:10700"\nallow_loopback = true\n',
+                   "c.toml").wyoming
+    assert config.allow_loopback is True
+
+
+def test_every_ask_is_logged_with_its_peers_address_and_port(tmp_path, mock):
+    """Item 6: the log named no peer port; a TCP peer is its address and port."""
+    port = free_port()
+    daemon = wyoming_daemon(tmp_path, mock, f"tcp://127.0.0.1:{port}", allow_loopback=True,
+                            providers=PACED)
+    try:
+        with tcp_peer(port) as sock:
+            mine = sock.getsockname()[1]
+            sock.sendall(encode(Event("transcript", {"text": QUESTION})))
+            assert events_until(sock, "handled")[-1].data["text"] == ENGLISH
+        assert f"wyoming peer 127.0.0.1:{mine}: transcript: an ask on session wyoming-" \
+            in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_tcp_on_the_ipv6_any_address_takes_ipv4_peers_too(tmp_path, mock):
+    """Low item: tcp://[::]:P bound IPv6 only; it is dual-stack now."""
+    port = free_port()
+    daemon = wyoming_daemon(tmp_path, mock, f"tcp://[::]:{port}", allow_loopback=True)
+    try:
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            with socket.socket(family) as sock:
+                sock.settimeout(timeout(20))
+                sock.connect((host, port))
+                sock.sendall(encode(Event("describe")))
+                assert events_until(sock, "info")[-1].type == "info"
+        assert "wyoming peer 127.0.0.1:" in daemon.log()  # unmapped in the log
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def own_address() -> str | None:
+    """An IPv4 address of this host that is not loopback, if it has one."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: only the route is looked up
+            address = probe.getsockname()[0]
+    except OSError:
+        return None
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_an_ipv4_mapped_allow_entry_matches_its_ipv4_peer(tmp_path, mock):
+    """Low item: allow = ["::ffff:192.168.1.5"] passed --check but never
+    matched (peers are compared unmapped); it is normalised at load."""
+    from agent.service.config import parse
+
+    base = 'default_provider = "m"\n[providers.m]\nprotocol = "ollama"\n' \
+           'base_url = "http://127.0.0.1:11434"\nmodel = "x"\n[wyoming]\n' \
+           'listen = "tcp://0.0.0.0:10700"\n'
+    config = parse(base + 'allow = ["::ffff:192.168.1.5", "::ffff:10.1.0.0/112"]\n',
+                   "c.toml").wyoming
+    assert config.allow == (ipaddress.ip_network("192.168.1.5"),
+                            ipaddress.ip_network("10.1.0.0/16"))
+    address = own_address()
+    if address is None:
+        pytest.skip("no non-loopback IPv4 address to connect from")
+    port = free_port()
+    daemon = wyoming_daemon(tmp_path, mock, f"tcp://0.0.0.0:{port}", allow=[f"::ffff:{address}"])
+    try:
+        with tcp_peer(port, address, address) as sock:
+            sock.sendall(encode(Event("describe")))
+            assert events_until(sock, "info")[-1].type == "info"
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_refused_connections_cost_one_log_line_per_interval_and_are_counted(tmp_path, mock):
+    """Low item: each refused connection logged a line of its own."""
+    port = free_port()
+    daemon = wyoming_daemon(tmp_path, mock, f"tcp://127.0.0.1:{port}", allow=["10.9.9.9"])
+    try:
+        for _ in range(50):
+            with tcp_peer(port) as sock:
+                assert until_closed(sock) == b""
+        until_true(lambda: wyoming_status(daemon)["refused"] == 50, 20)
+        assert daemon.log().count("refused: not let in (wyoming.allow, allow_loopback)") == 1
+    finally:
+        assert daemon.stop() == 0, daemon.log()

@@ -38,13 +38,10 @@ listeners: subscribers (subscribers.py), devices, the MQTT board.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import os
 import select
-import socket
-import struct
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -56,6 +53,7 @@ from agent.api.protocol import Request, RequestError
 from agent.api.subscribers import Subscribers, Subscription
 from agent.api.wire import PROTOCOL_VERSION, UNADDRESSED, encode
 from agent.core import replies
+from agent.core.access import Access, Peer, peer_of
 from agent.core.accept import accept_loop
 from agent.core.center import Cancel, Center
 from agent.core.commands import Announce, Ask, Door, Refused, StopAsks
@@ -73,35 +71,7 @@ RECEIVE_SIZE = 65536
 WRITE_BATCH = 64 * 1024          # replies joined into one send, up to this many bytes
 GOODBYE_TIMEOUT = 1.0            # for the last line to a client being closed
 HANGUP_POLL = 0.5                # seconds between checks of a half-closed client for a full close
-SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+
-MAX_PEER_GROUPS = 256
 CAPABILITIES = ("stream", "reasoning", "subscribe", "cancel", "announce", "stop")
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    pid: int
-    uid: int
-    gid: int
-    groups: tuple[int, ...] = ()
-
-    def __str__(self) -> str:
-        return f"uid={self.uid} gid={self.gid} pid={self.pid}"
-
-
-@dataclass(frozen=True, slots=True)
-class Access:
-    """Who may talk to the daemon beyond root and the daemon's own user. Both
-    lists empty: whoever the socket's file mode lets connect."""
-    allow_users: tuple[int, ...] = ()
-    allow_groups: tuple[int, ...] = ()
-
-    def allows(self, peer: Peer, own_uid: int) -> bool:
-        if not self.allow_users and not self.allow_groups:
-            return True
-        if peer.uid in (0, own_uid) or peer.uid in self.allow_users:
-            return True
-        return any(g in self.allow_groups for g in (peer.gid, *peer.groups))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,20 +125,6 @@ async def _send_lines(conn: "_Connection", batch: bytearray) -> None:
             conn.mid_line = view[sent - 1] != ord("\n")
     finally:
         conn.sending = False
-
-
-def peer_of(sock) -> Peer:
-    """The connecting process, from the kernel (SO_PEERCRED), not from anything it says."""
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                        struct.calcsize("3i")))
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_PEER_GROUPS)
-        groups = struct.unpack(f"{len(raw) // 4}I", raw)
-    except OSError as exc:  # an older kernel, or more groups than we ask for
-        if exc.errno not in (errno.ENOPROTOOPT, errno.ERANGE):
-            raise
-        groups = ()
-    return Peer(pid, uid, gid, tuple(groups))
 
 
 def reply_line(reply: replies.Reply, request_id: RequestId | None = UNADDRESSED) -> bytes:

@@ -63,7 +63,9 @@ _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "cli
               "max_asks", "deltas", "discovery", "discovery_prefix")
 _MQTT_TLS_KEYS = ("ca_file", "cert_file", "key_file")
 TOPIC_LEVEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prefix: one topic level, no wildcard
-_WYOMING_KEYS = ("listen", "allow", "max_connections", "languages")
+_WYOMING_KEYS = ("listen", "allow", "allow_loopback", "max_connections",
+                 "max_connections_per_peer", "reserved_connections", "idle_timeout",
+                 "event_timeout", "queue_bytes", "socket_mode", "socket_group", "languages")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "delta_interval_ms",
@@ -180,11 +182,7 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
     if len(os.fsencode(socket)) > MAX_SOCKET_PATH:
         raise table.error("socket", f"longer than {MAX_SOCKET_PATH} bytes, "
                                     "the limit of a Unix socket path")
-    mode = table.get("socket_mode", int, 0o660)
-    if not 0 <= mode <= 0o777:
-        # 660 for 0o660 is the likely slip: show the number as written.
-        raise table.error("socket_mode", f"must be between 0o000 and 0o777 "
-                                         f"(octal is written 0o660), got {mode}")
+    mode = _socket_mode(table)
     group = table.get("socket_group", str, "") or None
     log_level = table.get("log_level", str, "info")
     if log_level not in LOG_LEVELS:
@@ -209,6 +207,15 @@ def _daemon(table: Table, environ: Mapping[str, str]) -> DaemonConfig:
                                              MAX_DELTA_INTERVAL_MS))
 
 
+def _socket_mode(table: Table) -> int:
+    mode = table.get("socket_mode", int, 0o660)
+    if not 0 <= mode <= 0o777:
+        # 660 for 0o660 is the likely slip: show the number as written.
+        raise table.error("socket_mode", f"must be between 0o000 and 0o777 "
+                                         f"(octal is written 0o660), got {mode}")
+    return mode
+
+
 def _sessions(table: Table) -> SessionConfig:
     return SessionConfig(
         system_prompt=table.get("system_prompt", str,
@@ -230,17 +237,46 @@ def _wyoming(table: Table) -> WyomingConfig:
     allow = []
     for index, value in enumerate(table.get("allow", list, [])):
         try:
-            allow.append(ipaddress.ip_network(value, strict=False))
+            allow.append(_ipv4_unmapped(ipaddress.ip_network(value, strict=False)))
         except (TypeError, ValueError):
             raise table.error("allow", f"item {index + 1}: an address or network such as "
                                        f"\"192.168.1.20\" or \"192.168.1.0/24\", not "
                                        f"{value!r}") from None
+    allow_loopback = table.get("allow_loopback", bool, False)
+    if address is not None and address[0] == "tcp" and not (allow or allow_loopback):
+        raise table.error("listen", "a TCP listener lets in only the peers of wyoming.allow, "
+                                    "and this host's with allow_loopback = true (any user on "
+                                    "it); Home Assistant on this host: listen on "
+                                    "\"unix:PATH\"")
     languages = table.get("languages", list, ["en"])
     if not languages or not all(isinstance(x, str) and x for x in languages):
         raise table.error("languages", "a non-empty array of language codes such as \"en\"")
-    return WyomingConfig(listen=address, allow=tuple(allow),
-                         max_connections=table.integer("max_connections", 8, 1, 256),
+    mode = _socket_mode(table)
+    group = table.get("socket_group", str, "")
+    most = table.integer("max_connections", 8, 1, 256)
+    return WyomingConfig(listen=address, allow=tuple(allow), allow_loopback=allow_loopback,
+                         max_connections=most,
+                         max_connections_per_peer=table.integer("max_connections_per_peer",
+                                                                4, 1, 256),
+                         reserved_connections=table.integer("reserved_connections", 2, 0,
+                                                            most - 1),
+                         idle_timeout=table.positive("idle_timeout", 60.0),
+                         event_timeout=table.positive("event_timeout", 10.0),
+                         queue_bytes=table.integer("queue_bytes", 1 << 20, 65536, 64 << 20),
+                         socket_mode=mode,
+                         socket_gid=_lookup(table, "socket_group", group, "group")
+                         if group else None,
                          languages=tuple(languages))
+
+
+def _ipv4_unmapped(network):
+    """An IPv4-mapped IPv6 network (::ffff:192.168.1.5) as the IPv4 network it
+    names: a peer's address is compared unmapped, so the mapped form never
+    matched."""
+    mapped = network.network_address.ipv4_mapped if network.version == 6 else None
+    if mapped is None or network.prefixlen < 96:
+        return network
+    return ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
 
 
 def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,

@@ -211,7 +211,9 @@ class _Daemon:
         if config.wyoming.listen:
             from agent.wyoming.service import ConversationService
 
-            self.wyoming = ConversationService(self.center, config.wyoming, __version__)
+            # its Unix socket's peers are let in as the socket API's are
+            self.wyoming = ConversationService(self.center, config.wyoming, __version__,
+                                               Access(daemon.allow_users, daemon.allow_groups))
         # the board on the house's MQTT broker, when [mqtt] broker or unix is set
         self.mqtt = None
         if config.mqtt.enabled:

@@ -103,6 +103,11 @@ class Reader:
     def pending(self) -> int:
         return len(self._buffer)
 
+    @property
+    def mid_event(self) -> bool:
+        """Whether an event has begun and is not complete yet."""
+        return bool(self._buffer) or self._header is not None
+
     def _next(self) -> Event | FramingError | None:
         if self._header is None:
             end = self._buffer.find(b"\n", 0, self.max_header + 1)
