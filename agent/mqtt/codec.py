@@ -1,6 +1,8 @@
 """MQTT 3.1.1, sans-IO: packets to bytes, bytes to packets (OASIS MQTT
-3.1.1, section 2 and 3). Only what a client of QoS 0 and 1 needs: CONNECT,
-CONNACK, PUBLISH, PUBACK, SUBSCRIBE, SUBACK, PINGREQ, PINGRESP, DISCONNECT.
+3.1.1, section 2 and 3). What a client that publishes at QoS 0 and 1 and
+receives at QoS 0, 1 and 2 needs: CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC,
+PUBREL, PUBCOMP, SUBSCRIBE, SUBACK, PINGREQ, PINGRESP, DISCONNECT. The
+session's state (packet ids, what is in flight, keepalive) is session.py's.
 
 Why in-tree: docs/mqtt.md. The decoder holds at most max_packet bytes of
 one packet; a PUBLISH larger than that is not kept but still reported
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 PROTOCOL_LEVEL = 4  # 3.1.1
 MAX_REMAINING = 268_435_455  # what the four-byte length can say
 
-CONNECT, CONNACK, PUBLISH, PUBACK = 1, 2, 3, 4
+CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP = 1, 2, 3, 4, 5, 6, 7
 SUBSCRIBE, SUBACK, PINGREQ, PINGRESP, DISCONNECT = 8, 9, 12, 13, 14
 
 REFUSALS = {1: "unacceptable protocol version", 2: "client identifier rejected",
@@ -72,10 +74,17 @@ class Oversized:
     packet_id: int | None
     size: int
     retain: bool = False
+    dup: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class PubAck:
+    packet_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PubRel:
+    """The broker releases a QoS 2 message it sent (we answer PUBCOMP)."""
     packet_id: int
 
 
@@ -142,6 +151,15 @@ def publish(topic: str, payload: bytes, *, qos: int = 0, retain: bool = False,
 
 def puback(packet_id: int) -> bytes:
     return _packet(PUBACK << 4, struct.pack("!H", packet_id))
+
+
+def pubrec(packet_id: int) -> bytes:
+    """A QoS 2 message received (and handled once); the broker then sends PUBREL."""
+    return _packet(PUBREC << 4, struct.pack("!H", packet_id))
+
+
+def pubcomp(packet_id: int) -> bytes:
+    return _packet(PUBCOMP << 4, struct.pack("!H", packet_id))
 
 
 def subscribe(packet_id: int, topics: list[tuple[str, int]]) -> bytes:
@@ -237,7 +255,7 @@ class Decoder:
         else:
             self._skipping = remaining - have
             buffer.clear()
-        return Oversized(topic, qos, packet_id, remaining, bool(first & 0x01))
+        return Oversized(topic, qos, packet_id, remaining, bool(first & 0x01), bool(first & 0x08))
 
 
 def _decode(first: int, body: bytes):
@@ -262,12 +280,14 @@ def _decode(first: int, body: bytes):
             return ConnAck(bool(body[0] & 0x01), body[1])
         if kind == PUBACK and len(body) == 2:
             return PubAck(struct.unpack("!H", body)[0])
+        if kind == PUBREL and len(body) == 2 and flags == 0x02:
+            return PubRel(struct.unpack("!H", body)[0])
         if kind == SUBACK and len(body) >= 3:
             return SubAck(struct.unpack_from("!H", body)[0], tuple(body[2:]))
         if kind == PINGRESP and not body:
             return PingResp()
     except (struct.error, UnicodeDecodeError) as error:
         raise ProtocolError(Problem.MALFORMED, f"packet type {kind}: {error}") from None
-    if kind in (CONNACK, PUBACK, SUBACK, PINGRESP):
+    if kind in (CONNACK, PUBACK, PUBREL, SUBACK, PINGRESP):
         raise ProtocolError(Problem.MALFORMED, f"packet type {kind} of {len(body)} bytes")
     raise ProtocolError(Problem.UNEXPECTED, f"packet type {kind} from a broker")

@@ -35,6 +35,9 @@ class MqttConfig:
     deltas: bool = False
     discovery: bool = True
     discovery_prefix: str = "homeassistant"
+    # the daemon's sessions an MQTT ask may name as they are; any other name
+    # given over MQTT is the session mqtt-<name> (messages.SessionNames)
+    sessions: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:

@@ -21,10 +21,15 @@ from agent.core.edge import outgoing
 from agent.jsonline import dump_line
 from agent.text.segmenter import Segmenter, SegmenterConfig
 from agent.mqtt.topics import BOARD_NAME, Topics
+from agent.session.store import SESSION_ID
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, JSONError, loads_flagged
 
 MAX_ID = 128
 SENTENCE_MAX_CHARS = 400
+SESSION_PREFIX = "mqtt-"  # the broker's own session namespace
+ERROR_BURST = 20          # error messages per topic at once
+ERROR_INTERVAL = 1.0      # seconds: then one per topic per interval
+MAX_LIMITED_TOPICS = 64
 
 
 class PayloadError(enum.StrEnum):
@@ -106,9 +111,54 @@ def parse(kind: str, payload: bytes, max_payload: int) -> Ask | Announce | Stop 
     return cls(**value)
 
 
-def error_message(topic: str, refusal: Refusal) -> dict[str, Any]:
-    return outgoing({"topic": topic, "error": refusal.code.value,
-                             "message": refusal.message})
+def error_message(topic: str | None, refusal: Refusal, suppressed: int = 0) -> dict[str, Any]:
+    """A refusal as published on the error topic; suppressed: how many on
+    its topic were left out before it (ErrorLimit)."""
+    return outgoing({"topic": topic, "error": refusal.code.value, "message": refusal.message,
+                     **({"suppressed": suppressed} if suppressed else {})})
+
+
+class ErrorLimit:
+    """At most ERROR_BURST error messages per topic at once, then one per
+    ERROR_INTERVAL (a token bucket on a clock passed in); the next one
+    allowed says how many were left out."""
+
+    def __init__(self, burst: int = ERROR_BURST, interval: float = ERROR_INTERVAL) -> None:
+        self.burst, self.interval = burst, interval
+        self._buckets: dict[str | None, tuple[float, float, int]] = {}  # tokens, at, left out
+        self.suppressed_total = 0
+
+    def allow(self, topic: str | None, now: float) -> int | None:
+        """None: leave this one out; else how many were left out before it."""
+        tokens, at, left_out = self._buckets.get(topic, (float(self.burst), now, 0))
+        tokens = min(float(self.burst), tokens + (now - at) / self.interval)
+        if tokens < 1:
+            self._buckets[topic] = (tokens, now, left_out + 1)
+            self.suppressed_total += 1
+            return None
+        if topic not in self._buckets and len(self._buckets) >= MAX_LIMITED_TOPICS:
+            self._buckets.pop(next(iter(self._buckets)))
+        self._buckets[topic] = (tokens - 1, now, 0)
+        return left_out
+
+
+class SessionNames:
+    """The broker's sessions: a name an MQTT ask (or stop) gives is the
+    daemon's session `mqtt-<name>`, never a socket client's or a device's;
+    only the names in `shared` (mqtt.sessions) are the daemon's sessions of
+    that name. The asker sees its own names back."""
+
+    def __init__(self, shared: tuple[str, ...] = ()) -> None:
+        self.shared = frozenset(shared)
+
+    def stored(self, name: str) -> str | None:
+        """The daemon's session for name; None if name cannot be one."""
+        session = name if name in self.shared else SESSION_PREFIX + name
+        return session if SESSION_ID.fullmatch(session) else None
+
+    def shown(self, session: str) -> str:
+        """The asker's name of the daemon's session."""
+        return session if session in self.shared else session.removeprefix(SESSION_PREFIX)
 
 
 class SpokenElsewhere:
@@ -136,10 +186,12 @@ class AskMessages:
     on answer as each is cut, done, tool calls and their results, errors; deltas only with
     deltas on. Every string goes through the masking edge."""
 
-    def __init__(self, topics: Topics, ask_id: str, session: str, *, deltas: bool) -> None:
+    def __init__(self, topics: Topics, ask_id: str, session: str, *, deltas: bool,
+                 names: SessionNames | None = None) -> None:
         self.topics = topics
         self.id, self.session = ask_id, session
         self.deltas = deltas
+        self.names = names
         self._segmenter = Segmenter(SegmenterConfig(max_chars=SENTENCE_MAX_CHARS))
 
     def _head(self) -> dict[str, Any]:
@@ -152,7 +204,7 @@ class AskMessages:
         topics = self.topics
         out: list[tuple[str, dict]] = []
         if isinstance(reply, replies.Started):
-            self.session = reply.session
+            self.session = self.names.shown(reply.session) if self.names else reply.session
         elif isinstance(reply, replies.Delta):
             if self.deltas:
                 out.append((topics.delta, {**self._head(), "text": reply.text}))

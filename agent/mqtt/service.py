@@ -17,11 +17,16 @@ The broker is as untrusted as a socket client: it reaches ask, announce
 and stop only, every payload is checked by messages.parse (a refusal goes
 to the error topic and the log), at most mqtt.max_asks of its asks run at
 once, and outgoing messages wait in a bounded queue (QUEUE): what does not
-fit while the broker is away is dropped and counted. At most IN_FLIGHT of
-them are unacknowledged; those of a dropped connection are sent again. Asks run in the
-service's own nursery, so an answer under way when the connection drops
-goes on and its messages go out after the reconnect, as far as the queue
-holds them.
+fit while the broker is away is dropped and counted. Refusals wait in a
+queue of their own (ERROR_QUEUE), taken only when no answer waits, limited
+per topic (messages.ErrorLimit) and logged throttled: a flood of bad
+payloads never displaces an answer. Asks run in the service's own nursery,
+so an answer under way when the connection drops goes on and its messages
+go out after the reconnect, as far as the queue holds them.
+
+The session's state (packet ids, the in-flight window and its resend, the
+keepalive, the inbound QoS 1 and 2) is session.py's sans-IO Session; this
+shell moves bytes between it and the stream and does what it says.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import itertools
 import logging
 import secrets
 import ssl
+from collections import deque
 
 import trio
 
@@ -37,15 +43,17 @@ from agent.core import replies
 from agent.core.center import Center
 from agent.core.commands import Announce, Ask, Door, Origin, Refused, StopAsks
 from agent.core.edge import outgoing
+from agent.core.throttled import Throttled
 from agent.mqtt import codec, messages
 from agent.mqtt.config import MqttConfig
 from agent.mqtt.discovery import discovery_messages
+from agent.mqtt.session import Connected, Deliver, Lost, Send, Session, SubscriptionRefused
 from agent.mqtt.topics import Topics
 
 log = logging.getLogger("homeagent.mqtt")
 
 QUEUE = 1024               # outgoing messages waiting for the broker
-IN_FLIGHT = 32             # of ours sent and not yet acknowledged (PUBACK)
+ERROR_QUEUE = 64           # refusals waiting, after every answer
 CONNECT_TIMEOUT = 10.0     # seconds for the connection and its CONNACK
 READ = 65536
 PACKET_SLACK = 1024        # a packet's header and topic beyond max_payload
@@ -67,10 +75,10 @@ class MqttService:
         self.received = 0
         self.sent = 0
         self.bad_payloads = 0
-        self.dropped = 0
+        self.dropped = 0         # answers, state... not queued: the queue was full
+        self.errors_dropped = 0  # refusals not queued: their queue was full
         self.asks = 0          # in flight
         self.requests = 0      # announces and stops in flight
-        self.last_heard = 0.0  # trio time of the broker's last bytes
         self.state = "idle"
         self._thinking: set[int] = set()  # Origin keys of the daemon's asks running (any door)
         self._failed = False         # the last ask that ended failed
@@ -78,12 +86,24 @@ class MqttService:
         if speech:
             speech.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
-        self._packet_ids = itertools.cycle(range(1, 65536))
-        self._send, self._outgoing = trio.open_memory_channel(QUEUE)
-        # packet id -> (topic, payload, retain) of ours the broker has not
-        # acknowledged, in the order sent: sent again (DUP) after a reconnect
-        self._in_flight: dict[int, tuple[str, bytes, bool]] = {}
+        wanted = [(topic, 2) for topic in self.topics.commands()]
+        wanted.append((self.topics.every_availability, 1))
+        if config.discovery:
+            wanted.append((f"{config.discovery_prefix}/status", 1))
+        self.session = Session(
+            codec.connect(config.client_id, config.keepalive, clean_session=False,
+                          username=config.username, password=config.password,
+                          will=codec.Will(self.topics.availability, b"offline")),
+            wanted, keepalive=config.keepalive, max_packet=config.max_payload + PACKET_SLACK)
+        # (topic, payload, retain) waiting for the broker: answers first
+        self._answers: deque[tuple[str, bytes, bool]] = deque()
+        self._errors: deque[tuple[str, bytes, bool]] = deque()
+        self._queued = trio.lowlevel.ParkingLot()
         self._acked = trio.lowlevel.ParkingLot()
+        self._error_limit = messages.ErrorLimit()
+        self._refusal_log: dict[str, Throttled] = {}
+        self._active: dict[int, tuple[str, str, float]] = {}  # key -> id, session, started
+        self.names = messages.SessionNames(config.sessions)
         self._nursery: trio.Nursery | None = None
         self.boards: dict[str, bool] = {}  # board -> online, from their availability
         self._elsewhere: dict[int, messages.SpokenElsewhere] = {}  # of asks with speak_on
@@ -101,8 +121,11 @@ class MqttService:
             "connects": self.connects, "reconnects": self.reconnects,
             "last_error": self.last_error, "messages_in": self.received,
             "messages_out": self.sent, "bad_payloads": self.bad_payloads,
-            "dropped": self.dropped, "in_flight": len(self._in_flight), "asks": self.asks,
-            "state": self.state,
+            "dropped": self.dropped, "errors_dropped": self.errors_dropped,
+            "errors_suppressed": self._error_limit.suppressed_total,
+            "duplicates": self.session.duplicates,
+            "in_flight": len(self.session.in_flight), "asks": self.asks,
+            "active": self._active_asks(trio.current_time()), "state": self.state,
             "boards_online": sorted(b for b, online in self.boards.items() if online)})
 
     # ---- the connection ----
@@ -148,143 +171,127 @@ class MqttService:
         return tls
 
     async def _connection(self) -> None:
-        config, topics = self.config, self.topics
-        decoder = codec.Decoder(config.max_payload + PACKET_SLACK)
+        session = self.session
         with trio.fail_after(CONNECT_TIMEOUT):
             stream = await self._open()
         async with stream:
-            with trio.fail_after(CONNECT_TIMEOUT):
-                await stream.send_all(codec.connect(
-                    config.client_id, config.keepalive, clean_session=False,
-                    username=config.username, password=config.password,
-                    will=codec.Will(topics.availability, b"offline")))
-                connack, pending = await _first(stream, decoder)
-            if not isinstance(connack, codec.ConnAck):
-                raise codec.ProtocolError(codec.Problem.UNEXPECTED, "no CONNACK first")
-            if connack.return_code:
-                raise ConnectionLost("connection refused: " + codec.REFUSALS.get(
-                    connack.return_code, f"code {connack.return_code}"))
-            wanted = [(topic, 1) for topic in topics.subscriptions()]
-            if config.discovery:
-                wanted.append((f"{config.discovery_prefix}/status", 1))
-            # Ours unacknowledged when the last connection dropped go first,
-            # so the state published after them is the current one.
-            head = [codec.subscribe(self._packet_id(), wanted),
-                    *(codec.publish(topic, payload, qos=1, retain=retain, packet_id=packet_id,
-                                    dup=True)
-                      for packet_id, (topic, payload, retain) in self._in_flight.items()),
-                    self._packet(topics.availability, b"online", retain=True),
-                    self._packet(topics.state, self._state_payload(), retain=True)]
-            head += [self._packet(topic, payload, retain=True)
-                     for topic, payload in self._discovery()]
-            await stream.send_all(b"".join(head))
-            self.connected, self.last_error = True, None
-            self.connects += 1
-            log.info("mqtt: connected to %s as board %s (session %s)", self.where,
-                     config.board, "resumed" if connack.session_present else "new")
-            self.last_heard = trio.current_time()
             stream = _Serialised(stream)
             try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write, stream)
-                    nursery.start_soon(self._ping, stream)
-                    for packet in pending:
-                        await self._packet_in(packet, stream)
-                    await self._read(stream, decoder)
-            except BaseException as exc:
-                problem = _failure(exc)
-                if problem is not None:
-                    raise problem from None
-                # cancelled: the daemon stops; the board says so, then leaves
-                with trio.move_on_after(1, shield=True):
-                    try:
-                        await stream.send_all(self._packet(topics.availability, b"offline",
-                                                           retain=True) + codec.disconnect())
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        pass
-                raise
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    await stream.send_all(session.open(trio.current_time()))
+                    while not session.connected:
+                        await self._receive(stream)
+                await self._connected(stream)
+            finally:
+                session.closed()
 
-    async def _read(self, stream, decoder: codec.Decoder) -> None:
-        while True:
-            data = await stream.receive_some(READ)
-            if not data:
-                raise ConnectionLost("the broker closed the connection")
-            self.last_heard = trio.current_time()
-            for packet in decoder.feed(data):
-                await self._packet_in(packet, stream)
-
-    async def _ping(self, stream) -> None:
-        keepalive = self.config.keepalive
-        while True:
-            await trio.sleep(keepalive / 2)
-            if trio.current_time() - self.last_heard > keepalive * 1.5:
-                raise ConnectionLost(f"nothing from the broker for {keepalive * 1.5:g} s")
-            await stream.send_all(codec.pingreq())
-
-    async def _write(self, stream) -> None:
-        while True:
-            while len(self._in_flight) >= IN_FLIGHT:
-                await self._acked.park()
-            batch = [await self._outgoing.receive()]
-            while len(self._in_flight) + len(batch) < IN_FLIGHT:
+    async def _connected(self, stream: "_Serialised") -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write, stream)
+                nursery.start_soon(self._keepalive, stream)
+                while True:
+                    await self._receive(stream)
+        except BaseException as exc:
+            problem = _failure(exc)
+            if problem is not None:
+                raise problem from None
+            # cancelled: the daemon stops; the board says so, then leaves
+            with trio.move_on_after(1, shield=True):
                 try:
-                    batch.append(self._outgoing.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            packets = []
-            for message in batch:
-                # in flight before it is sent: a drop during send_all loses nothing
-                packet_id = self._packet_id()
-                self._in_flight[packet_id] = message
-                topic, payload, retain = message
-                packets.append(codec.publish(topic, payload, qos=1, retain=retain,
-                                             packet_id=packet_id))
-            await stream.send_all(b"".join(packets))
-            self.sent += len(batch)
+                    await stream.send_all(self.session.publish(
+                        self.topics.availability, b"offline", retain=True, again=False)
+                        + codec.disconnect())
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            raise
 
-    def _packet_id(self) -> int:
+    async def _receive(self, stream: "_Serialised") -> None:
+        data = await stream.receive_some(READ)
+        await self._do(self.session.receive(data, trio.current_time()), stream)
+        self._acked.unpark_all()
+
+    async def _do(self, actions: list, stream: "_Serialised") -> None:
+        """What the session says, in its order."""
+        for action in actions:
+            if isinstance(action, Send):
+                await stream.send_all(action.data)
+            elif isinstance(action, Deliver):
+                self.received += 1
+                self._command(action.packet)
+            elif isinstance(action, Connected):
+                await self._online(stream, action.session_present)
+            elif isinstance(action, SubscriptionRefused):
+                log.warning("mqtt: the broker refused a subscription: %s", action.return_codes)
+            elif isinstance(action, Lost):
+                raise ConnectionLost(action.reason)
+
+    async def _online(self, stream: "_Serialised", session_present: bool) -> None:
+        """Connected, what was in flight sent again: the board is online, its
+        state and discovery configs (sent anew at every connect)."""
+        topics = self.topics
+        head = [(topics.availability, b"online"), (topics.state, self._state_payload()),
+                *self._discovery()]
+        await stream.send_all(b"".join(
+            self.session.publish(topic, payload, retain=True, again=False)
+            for topic, payload in head))
+        self.connected, self.last_error = True, None
+        self.connects += 1
+        log.info("mqtt: connected to %s as board %s (session %s)", self.where,
+                 self.config.board, "resumed" if session_present else "new")
+
+    async def _keepalive(self, stream: "_Serialised") -> None:
         while True:
-            packet_id = next(self._packet_ids)
-            if packet_id not in self._in_flight:
-                return packet_id
+            await trio.sleep_until(self.session.deadline())
+            await self._do(self.session.tick(trio.current_time()), stream)
 
-    def _packet(self, topic: str, payload: bytes, *, retain: bool = False) -> bytes:
-        """A message sent again at every connect (availability, state,
-        discovery), so not kept in flight."""
-        return codec.publish(topic, payload, qos=1, retain=retain, packet_id=self._packet_id())
+    async def _write(self, stream: "_Serialised") -> None:
+        session = self.session
+        while True:
+            while not session.room:
+                await self._acked.park()
+            while not (self._answers or self._errors):
+                await self._queued.park()
+            packets = []
+            for _ in range(session.room):
+                queue = self._answers or self._errors
+                if not queue:
+                    break
+                # in flight before it is sent: a drop during send_all loses nothing
+                topic, payload, retain = queue.popleft()
+                packets.append(session.publish(topic, payload, retain=retain))
+            await stream.send_all(b"".join(packets))
+            self.sent += len(packets)
 
     def publish(self, topic: str, payload: dict, *, retain: bool = False) -> None:
         """Queue a message; never waits (a full queue drops it, counted)."""
         self._queue(topic, messages.encode(payload), retain)
 
-    def _queue(self, topic: str, payload: bytes, retain: bool = False) -> None:
-        try:
-            self._send.send_nowait((topic, payload, retain))
-        except trio.WouldBlock:
-            self.dropped += 1
+    def _queue(self, topic: str, payload: bytes, retain: bool = False, *,
+               error: bool = False) -> None:
+        queue, size = (self._errors, ERROR_QUEUE) if error else (self._answers, QUEUE)
+        if len(queue) >= size:
+            if error:
+                self.errors_dropped += 1
+            else:
+                self.dropped += 1
+            return
+        queue.append((topic, payload, retain))
+        self._queued.unpark_all()
 
     def _discovery(self) -> list[tuple[str, bytes]]:
         return discovery_messages(self.config, self.version) if self.config.discovery else []
 
     # ---- what comes in ----
 
-    async def _packet_in(self, packet, stream) -> None:
-        if isinstance(packet, (codec.Publish, codec.Oversized)):
-            self.received += 1
-            self._command(packet)
-            if packet.qos and packet.packet_id is not None:
-                await stream.send_all(codec.puback(packet.packet_id))
-        elif isinstance(packet, codec.PubAck):
-            if self._in_flight.pop(packet.packet_id, None) is not None:
-                self._acked.unpark()
-        elif isinstance(packet, codec.ConnAck):
-            raise codec.ProtocolError(codec.Problem.UNEXPECTED, "a second CONNACK")
-        elif isinstance(packet, codec.SubAck) and 0x80 in packet.return_codes:
-            log.warning("mqtt: the broker refused a subscription: %s", packet.return_codes)
-
     def _command(self, packet) -> None:
         topics, config = self.topics, self.config
         topic = packet.topic
+        if topic is None:  # an oversized PUBLISH whose topic is not UTF-8
+            self.refuse(None, messages.Refusal(messages.PayloadError.TOO_LARGE, (
+                f"{packet.size} bytes, more than mqtt.max_payload ({config.max_payload}), "
+                "on a topic that is not UTF-8")))
+            return
         board = topics.board_of_availability(topic)
         if board is not None:
             if isinstance(packet, codec.Publish) and (board in self.boards
@@ -321,6 +328,11 @@ class MqttService:
             command = messages.Refusal(messages.PayloadError.TOO_MANY_ASKS,
                                        f"{self.requests} announces and stops from the broker "
                                        f"are waiting (mqtt.max_asks {config.max_asks})")
+        session = getattr(command, "session", None)
+        if session is not None and self.names.stored(session) is None:
+            command = messages.Refusal(messages.PayloadError.BAD_FIELD, (
+                f"{kind}: session is 1 to 59 of A-Z, a-z, 0-9, '.', '_' and '-', "
+                "beginning with a letter or digit"))
         if isinstance(command, messages.Ask) and command.speak_on is not None:
             try:
                 self.check_board(command.speak_on)
@@ -335,11 +347,19 @@ class MqttService:
             self.requests += 1
             self._nursery.start_soon(self._request, command)
 
-    def refuse(self, topic: str, refusal: messages.Refusal) -> None:
+    def refuse(self, topic: str | None, refusal: messages.Refusal) -> None:
+        """A refusal: a log line and a message on the error topic, both
+        limited per topic (a flood costs a line and a message per interval,
+        with the count of those left out), never in an answer's way."""
         self.bad_payloads += 1
-        log.warning("mqtt: %s: %s: %s", topic, refusal.code.value,
-                    outgoing(refusal.message))
-        self.publish(self.topics.error, messages.error_message(topic, refusal))
+        throttled = self._refusal_log.get(topic)
+        if throttled is None:
+            throttled = self._refusal_log[topic] = Throttled(log)
+        throttled.note("mqtt: %s: %s: %s", topic, refusal.code.value, outgoing(refusal.message))
+        suppressed = self._error_limit.allow(topic, trio.current_time())
+        if suppressed is not None:
+            self._queue(self.topics.error, messages.encode(
+                messages.error_message(topic, refusal, suppressed)), error=True)
 
     def _state_payload(self) -> bytes:
         return messages.encode({"state": self.state, "asks": len(self._thinking)})
@@ -378,9 +398,12 @@ class MqttService:
 
     async def _ask(self, ask: messages.Ask) -> None:
         ask_id = ask.id or f"mqtt-{next(self._ids)}"
-        session = ask.session or "mqtt-" + secrets.token_hex(8)
-        out = messages.AskMessages(self.topics, ask_id, session, deltas=self.config.deltas)
+        name = ask.session or secrets.token_hex(8)
+        session = self.names.stored(name)
+        out = messages.AskMessages(self.topics, ask_id, name, deltas=self.config.deltas,
+                                   names=self.names)
         origin = self.center.origin(Door.MQTT, ask_id, session, speak_on=ask.speak_on)
+        self._active[origin.key] = (ask_id, session, trio.current_time())
 
         async def on_reply(reply: replies.Reply) -> None:
             for topic, payload in out.on(reply):
@@ -390,6 +413,12 @@ class MqttService:
             await self.center.ask(Ask(origin, ask.text, who=f"mqtt ask {ask_id}"), on_reply)
         finally:
             self.asks -= 1
+            del self._active[origin.key]
+
+    def _active_asks(self, now: float) -> list[dict]:
+        """The broker's asks in flight, as the socket door's `active` lists its own."""
+        return [{"id": ask_id, "session": session, "seconds": round(now - started, 3)}
+                for ask_id, session, started in self._active.values()]
 
     async def _request(self, command: messages.Announce | messages.Stop) -> None:
         try:
@@ -410,7 +439,8 @@ class MqttService:
             self.refuse(self.topics.announce, messages.Refusal(refusal.code, str(refusal)))
 
     async def _stop(self, stop: messages.Stop) -> None:
-        reply = await self.center.stop(StopAsks("mqtt", stop.session))
+        session = None if stop.session is None else self.names.stored(stop.session)
+        reply = await self.center.stop(StopAsks("mqtt", session))
         if reply is None:
             self.refuse(self.topics.stop, messages.Refusal(
                 replies.ErrorCode.NOTHING_TO_STOP, "nothing is running"))
@@ -469,17 +499,6 @@ class _Serialised:
 
 class ConnectionLost(Exception):
     """The broker went away or refused us: the message says how."""
-
-
-async def _first(stream, decoder: codec.Decoder) -> tuple:
-    """The first packet from the broker, and any that came with it."""
-    while True:
-        data = await stream.receive_some(READ)
-        if not data:
-            raise ConnectionLost("the broker closed the connection before its CONNACK")
-        packets = decoder.feed(data)
-        if packets:
-            return packets[0], packets[1:]
 
 
 def _failure(exc: BaseException) -> BaseException | None:

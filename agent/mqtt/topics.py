@@ -56,8 +56,13 @@ class Topics:
         """Every board's availability: which boards are online."""
         return f"{self.prefix}/+/availability"
 
+    def commands(self) -> list[str]:
+        """What the board subscribes to for commands (QoS 2: a publisher's
+        QoS 2 ask runs exactly once)."""
+        return [self.ask, self.announce, self.stop, self.house_share]
+
     def subscriptions(self) -> list[str]:
-        return [self.ask, self.announce, self.stop, self.house_share, self.every_availability]
+        return [*self.commands(), self.every_availability]
 
     def board_of_availability(self, topic: str) -> str | None:
         """The board whose availability topic this is; None for any other

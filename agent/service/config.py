@@ -60,7 +60,7 @@ _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", 
               "mqtt")
 _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
               "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
-              "max_asks", "deltas", "discovery", "discovery_prefix")
+              "max_asks", "deltas", "discovery", "discovery_prefix", "sessions")
 _MQTT_TLS_KEYS = ("ca_file", "cert_file", "key_file")
 TOPIC_LEVEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prefix: one topic level, no wildcard
 _WYOMING_KEYS = ("listen", "allow", "allow_loopback", "max_connections",
@@ -282,6 +282,7 @@ def _ipv4_unmapped(network):
 def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
           warnings: list[str]) -> MqttConfig:
     from agent.mqtt.topics import BOARD_NAME, board_name
+    from agent.session.store import SESSION_ID
 
     broker = table.get("broker", str, "") or None
     unix = table.get("unix", str, "") or None
@@ -319,6 +320,10 @@ def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
     if password is not None and username is None:
         raise table.error("password_file", "a password needs a username")
     reconnect_min = table.number("reconnect_min", 1.0, 0.01, 3600)
+    sessions = table.get("sessions", list, [])
+    if not all(isinstance(x, str) and SESSION_ID.fullmatch(x) for x in sessions):
+        raise table.error("sessions", "an array of session names (letters, digits, '.', "
+                                      "'_', '-'; at most 64) an MQTT ask may name as they are")
     return MqttConfig(
         broker=broker, port=table.integer("port", 8883 if tls else 1883, 1, 65535), unix=unix,
         tls=tls, username=username, password=password, board=board, client_id=client_id,
@@ -329,7 +334,7 @@ def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
         max_payload=table.integer("max_payload", 16 * 1024, 256, 1 << 20),
         max_asks=table.integer("max_asks", 4, 1, 64),
         deltas=table.get("deltas", bool, False), discovery=table.get("discovery", bool, True),
-        **prefixes)
+        sessions=tuple(sessions), **prefixes)
 
 
 def _devices(table: Table) -> dict[str, DeviceSpec]:
