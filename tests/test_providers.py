@@ -68,7 +68,8 @@ EXPECTED_BODIES = {
         "messages": [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": SWITCH},
-            {"role": "assistant", "content": "Switching.", "tool_calls": [
+            {"role": "assistant", "content": "Switching.",
+             "reasoning_content": "The user wants relay 1 on.", "tool_calls": [
                 {"id": "call_7", "type": "function",
                  "function": {"name": "set_relay", "arguments": ARGS}}]},
             {"role": "tool", "tool_call_id": "call_7", "content": TOOL_RESULT}],
@@ -91,7 +92,8 @@ EXPECTED_BODIES = {
                    "input_schema": SCHEMA}],
     },
     "openai-responses": {
-        "model": "mock-1", "stream": True, "instructions": SYSTEM,
+        "model": "mock-1", "stream": True, "store": False,
+        "include": ["reasoning.encrypted_content"], "instructions": SYSTEM,
         "input": [
             {"type": "message", "role": "user",
              "content": [{"type": "input_text", "text": SWITCH}]},

@@ -76,7 +76,8 @@ _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "m
                  "unnamed_keep", "unnamed_max_age")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
-                      "total_timeout": float, "max_tokens": int, "num_ctx": int}
+                      "total_timeout": float, "max_tokens": int, "num_ctx": int,
+                      "thinking_budget": int}
 # Ollama's options of more than one TOML type: Provider checks them.
 _PROVIDER_ANY = ("keep_alive", "think", "format")
 _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",
