@@ -208,6 +208,8 @@ def test_document_is_valid(tmp_path):
     (15, 'total_timeout = "300"', 15, "providers.a.total_timeout",
      "expected a number, got a string"),
     (15, "retries = 11", 15, "providers.a.retries", "must be between 0 and 10, got 11"),
+    (15, "thinking_budget = 2048", 15, "providers.a.thinking_budget",
+     "thinking_budget is an option of protocol \"anthropic\" only, not 'openai-chat'"),
     (15, "retries = -1", 15, "providers.a.retries", "must be between 0 and 10, got -1"),
     (15, "headers = []", 15, "providers.a.headers", "expected a table, got an array"),
     (14, 'model = ""', 14, "providers.a.model", "must not be empty"),

@@ -240,6 +240,19 @@ def test_commit_load_forget_sessions(tmp_path):
     assert sorted(os.listdir(tmp_path / "sessions")) == ["hall.json"]
 
 
+def test_opaque_reasoning_round_trips_and_older_files_read_without_it():
+    item = '{"id": "rs_1", "type": "reasoning", "encrypted_content": "gAAA+/=="}'
+    turn = AssistantTurn(Message(parts=[
+        ThinkingPart("why", item_id="rs_1", summary_index=0, opaque=item),
+        ThinkingPart("", redacted_data="EmwK+/=="), TextPart("ok")]))
+    assert round_trip(turn) == turn
+    assert turn_to_json(turn)["parts"][0]["opaque"] == item
+    older = {"role": "assistant", "parts": [{"type": "thinking", "text": "why",
+                                             "item_id": "rs_1", "summary_index": 0}]}
+    assert turn_from_json(older).message.parts == [ThinkingPart("why", item_id="rs_1",
+                                                                summary_index=0)]
+
+
 # ---- what stays in memory, what stays on disk (hardening item 13) ----
 
 def test_memory_holds_the_most_recently_used_sessions_by_count_and_reads_the_rest(tmp_path):
