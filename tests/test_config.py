@@ -115,6 +115,10 @@ log_level = "debug"
 system_prompt = ""
 max_turns = 2
 max_bytes = 4096
+memory_sessions = 1
+memory_bytes = 4096
+unnamed_keep = 1
+unnamed_max_age = 0
 
 [providers.local]
 protocol = "anthropic"
@@ -131,7 +135,9 @@ headers = { "anthropic-beta" = "tools" }
         socket="/run/ha/a.sock", socket_mode=0o600, socket_group="0", socket_gid=0,
         allow_users=(0, 1000), allow_groups=(0,), state_directory="/srv/ha",
         max_line_bytes=1024, client_queue=16, shutdown_grace=0.0, log_level="debug")
-    assert config.sessions == SessionConfig(system_prompt=None, max_turns=2, max_bytes=4096)
+    assert config.sessions == SessionConfig(system_prompt=None, max_turns=2, max_bytes=4096,
+                                            memory_sessions=1, memory_bytes=4096,
+                                            unnamed_keep=1, unnamed_max_age=0.0)
     entry = config.providers["local"]
     assert entry.retries == 0
     assert (entry.provider.connect_timeout, entry.provider.read_timeout,
@@ -184,6 +190,13 @@ def test_document_is_valid(tmp_path):
     (9, "max_turns = 1", 9, "sessions.max_turns", "must be between 2 and 10000, got 1"),
     (9, "max_bytes = 4095", 9, "sessions.max_bytes", "must be at least 4096, got 4095"),
     (9, "system_prompt = 3", 9, "sessions.system_prompt", "expected a string, got an integer"),
+    (9, "memory_sessions = 0", 9, "sessions.memory_sessions",
+     "must be between 1 and 100000, got 0"),
+    (9, "memory_bytes = 4095", 9, "sessions.memory_bytes",
+     "must be between 4096 and 1073741824, got 4095"),
+    (9, "unnamed_keep = 0", 9, "sessions.unnamed_keep", "must be between 1 and 1000000, got 0"),
+    (9, "unnamed_max_age = -1", 9, "sessions.unnamed_max_age",
+     "must be between 0 and 315360000.0, got -1.0"),
     # providers: the field Provider itself rejects is the key named
     (12, 'protocol = "grpc"', 12, "providers.a.protocol",
      "protocol must be one of openai-chat, anthropic, openai-responses, ollama, not 'grpc'"),
@@ -195,6 +208,8 @@ def test_document_is_valid(tmp_path):
     (15, 'total_timeout = "300"', 15, "providers.a.total_timeout",
      "expected a number, got a string"),
     (15, "retries = 11", 15, "providers.a.retries", "must be between 0 and 10, got 11"),
+    (15, "thinking_budget = 2048", 15, "providers.a.thinking_budget",
+     "thinking_budget is an option of protocol \"anthropic\" only, not 'openai-chat'"),
     (15, "retries = -1", 15, "providers.a.retries", "must be between 0 and 10, got -1"),
     (15, "headers = []", 15, "providers.a.headers", "expected a table, got an array"),
     (14, 'model = ""', 14, "providers.a.model", "must not be empty"),
@@ -259,7 +274,9 @@ def test_an_id_beyond_uid_t_is_refused(tmp_path, setting, key, kind, number):
 
 @pytest.mark.parametrize("line, key, low, high", [
     (6, "daemon.max_line_bytes", 1024, 16777216), (6, "daemon.client_queue", 16, 65536),
-    (6, "daemon.shutdown_grace", 0, 3600.0), (9, "sessions.max_turns", 2, 10000)])
+    (6, "daemon.shutdown_grace", 0, 3600.0), (9, "sessions.max_turns", 2, 10000),
+    (9, "sessions.memory_sessions", 1, 100000), (9, "sessions.memory_bytes", 4096, 1 << 30),
+    (9, "sessions.unnamed_keep", 1, 1000000)])
 def test_what_a_client_or_peer_makes_the_daemon_hold_has_an_upper_bound(tmp_path, line, key,
                                                                          low, high):
     name = key.split(".")[1]

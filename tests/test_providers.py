@@ -5,6 +5,7 @@ the retry, timeout and error rules of stream_answer."""
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -30,6 +31,7 @@ from agent.providers import (
     stream_answer,
 )
 from agent.providers.client import INFLATE_PIECE, Inflater
+from agent.providers.requests import encode_body
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
@@ -68,7 +70,8 @@ EXPECTED_BODIES = {
         "messages": [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": SWITCH},
-            {"role": "assistant", "content": "Switching.", "tool_calls": [
+            {"role": "assistant", "content": "Switching.",
+             "reasoning_content": "The user wants relay 1 on.", "tool_calls": [
                 {"id": "call_7", "type": "function",
                  "function": {"name": "set_relay", "arguments": ARGS}}]},
             {"role": "tool", "tool_call_id": "call_7", "content": TOOL_RESULT}],
@@ -91,7 +94,8 @@ EXPECTED_BODIES = {
                    "input_schema": SCHEMA}],
     },
     "openai-responses": {
-        "model": "mock-1", "stream": True, "instructions": SYSTEM,
+        "model": "mock-1", "stream": True, "store": False,
+        "include": ["reasoning.encrypted_content"], "instructions": SYSTEM,
         "input": [
             {"type": "message", "role": "user",
              "content": [{"type": "input_text", "text": SWITCH}]},
@@ -584,3 +588,82 @@ async def test_the_key_echoed_in_a_bad_event_is_masked_in_the_warning(nursery):
     [warning] = collect.of(rec.DecodeWarning)
     assert key.encode() not in warning.raw and b"Bearer ***" in warning.raw
     assert answer.message.dropped_events == {"bad_json": 1}
+
+
+# ---- reasoning sent back (docs/reasoning-replay.md) ----
+
+# A Responses reasoning item as a provider may write it: spaces, escapes.
+REASONING_ITEM = ('{"id": "rs_9", "type": "reasoning", "summary": [{"type": "summary_text", '
+                  '"text": "relay \\u2192 on"}], "encrypted_content": "gAAAAB+/=="}')
+
+
+def reasoned_conversation(thinking: ThinkingPart, *more) -> Conversation:
+    assistant = Message(parts=[thinking, *more, TextPart("Switching."),
+                               ToolCall("call_7", "set_relay", ARGS, parsed={"on": True,
+                                                                             "channel": 1},
+                                        complete=True)])
+    return Conversation(None, [UserTurn(SWITCH), AssistantTurn(assistant),
+                               ToolResult("call_7", "set_relay", TOOL_RESULT)])
+
+
+def test_chat_sends_the_reasoning_of_a_tool_step_back_as_reasoning_content():
+    provider = Provider("d", "openai-chat", "https://api.deepseek.com/v1", "deepseek-chat")
+    conversation = reasoned_conversation(ThinkingPart("Relay 1 → on."))
+    conversation.turns.append(AssistantTurn(Message(parts=[TextPart("Done.")])))
+    _, _, body = build_request(provider, conversation)
+    step, answer = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert step["reasoning_content"] == "Relay 1 → on." and step["tool_calls"]
+    assert "reasoning_content" not in answer  # no reasoning: no field
+    assert '"reasoning_content":"Relay 1 → on."'.encode() in encode_body(body)
+
+
+def test_responses_asks_for_encrypted_reasoning_and_sends_the_item_back_byte_exact():
+    provider = Provider("o", "openai-responses", "https://api.openai.com/v1", "gpt-5-mini")
+    conversation = reasoned_conversation(
+        ThinkingPart("relay → on", item_id="rs_9", summary_index=0, opaque=REASONING_ITEM),
+        ThinkingPart("second summary", item_id="rs_9", summary_index=1))
+    _, _, body = build_request(provider, conversation)
+    assert (body["store"], body["include"]) == (False, ["reasoning.encrypted_content"])
+    data = encode_body(body)
+    # the item once, as it came, before the items it led to
+    assert data.count(REASONING_ITEM.encode()) == 1
+    assert json.dumps(json.loads(REASONING_ITEM), separators=(",", ":")).encode() not in data
+    items = json.loads(data)["input"]
+    assert [i["type"] for i in items] == ["message", "reasoning", "message", "function_call",
+                                          "function_call_output"]
+    assert items[1] == json.loads(REASONING_ITEM)
+
+
+def test_responses_leaves_out_a_reasoning_item_with_nothing_after_it():
+    provider = Provider("o", "openai-responses", "https://api.openai.com/v1", "gpt-5-mini")
+    cut = Message(parts=[ThinkingPart("", item_id="rs_9", opaque=REASONING_ITEM)])
+    _, _, body = build_request(provider, Conversation(None, [UserTurn("hi"), AssistantTurn(cut),
+                                                             UserTurn("again")]))
+    assert [i["type"] for i in body["input"]] == ["message", "message"]
+
+
+def test_anthropic_thinking_budget_and_blocks_sent_back_byte_exact():
+    provider = Provider("a", "anthropic", "https://api.anthropic.com/v1", "claude",
+                        max_tokens=8192, thinking_budget=2048)
+    conversation = reasoned_conversation(
+        ThinkingPart("Relay 1 → on.", signature=SIGNATURE),
+        ThinkingPart("", redacted_data="EmwKAhgBEgy3va+/redacted=="))
+    _, _, body = build_request(provider, conversation)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    data = encode_body(body)
+    assert f'{{"type":"thinking","thinking":"Relay 1 → on.","signature":"{SIGNATURE}"}},' \
+           '{"type":"redacted_thinking","data":"EmwKAhgBEgy3va+/redacted=="}'.encode() in data
+    _, _, plain = build_request(Provider("a", "anthropic", "https://x/v1", "claude"),
+                                conversation)
+    assert "thinking" not in plain
+
+
+@pytest.mark.parametrize("options, problem", [
+    ({"protocol": "openai-chat", "thinking_budget": 2048}, "anthropic\" only"),
+    ({"protocol": "anthropic", "thinking_budget": 1023}, "from 1024 to below max_tokens (4096)"),
+    ({"protocol": "anthropic", "thinking_budget": 4096}, "from 1024 to below max_tokens (4096)"),
+    ({"protocol": "anthropic", "thinking_budget": 4096, "max_tokens": 4000},
+     "below max_tokens (4000)")])
+def test_thinking_budget_is_checked(options, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        Provider("a", base_url="https://x/v1", model="m", **options)

@@ -597,8 +597,13 @@ def test_reasoning_text_and_empty_reasoning():
         {"type": "response.completed",
          "response": response_obj("completed", [i.final for i in items], usage_obj())}]
     msg, _ = differential(events)
-    assert msg.parts[0] == ThinkingPart("The user wants x.", item_id=hid("rs", 1))
-    assert msg.parts[1] == ThinkingPart("", item_id=hid("rs", 2))
+    first, second = msg.parts[0].opaque, msg.parts[1].opaque
+    assert msg.parts[0] == ThinkingPart("The user wants x.", item_id=hid("rs", 1), opaque=first)
+    assert msg.parts[1] == ThinkingPart("", item_id=hid("rs", 2), opaque=second)
+    # each reasoning item's output_item.done whole, its bytes as they came
+    body = body_of(events)
+    assert first.encode() in body and second.encode() in body
+    assert json.loads(first) == items[0].final and json.loads(second) == items[1].final
 
 
 ARGS = '{"path":"/tmp/a \\"b\\".txt","note":"日本 😀\\u2028","n":[1,2.5,-3e2],"ok":true}'
@@ -1180,8 +1185,10 @@ ROWS = [
          "output_index": 0, "summary_index": "1", "delta": "b"},
         reasoning_item(0, 1, [["a"]]).events[-1], _completed()],
         [(FT, "summary_index")],
-        lambda m, o: m.parts == [ThinkingPart("a", item_id=hid("rs", 1), summary_index=0),
-                                 ThinkingPart("b", item_id=hid("rs", 1))]),
+        lambda m, o: m.parts == [ThinkingPart("a", item_id=hid("rs", 1), summary_index=0,
+                                              opaque=m.parts[0].opaque),
+                                 ThinkingPart("b", item_id=hid("rs", 1))]
+        and json.loads(m.parts[0].opaque)["id"] == hid("rs", 1)),
     Row("item-not-object", head() + [
         {"type": "response.output_item.added", "output_index": 0, "item": "message"},
         text_delta(), _completed()],

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from agent.providers.requests import AssistantTurn, ToolResult, UserTurn
 from agent.session.codec import turn_from_json, turn_summary, turn_to_json
-from agent.session.store import SessionStore, StorageError, TooLargeToKeep
+from agent.session.store import Retention, SessionStore, StorageError, TooLargeToKeep
 from agent.stream.records import Usage
 from agent.stream.message import (ArgumentsError, FinishReason, Message, TextPart, ThinkingPart,
                                   ToolCall, parse_arguments)
@@ -238,6 +238,113 @@ def test_commit_load_forget_sessions(tmp_path):
     assert store.forget("kitchen") and not store.forget("kitchen")
     assert store.load("kitchen") == [] and [s["id"] for s in store.sessions()] == ["hall"]
     assert sorted(os.listdir(tmp_path / "sessions")) == ["hall.json"]
+
+
+def test_opaque_reasoning_round_trips_and_older_files_read_without_it():
+    item = '{"id": "rs_1", "type": "reasoning", "encrypted_content": "gAAA+/=="}'
+    turn = AssistantTurn(Message(parts=[
+        ThinkingPart("why", item_id="rs_1", summary_index=0, opaque=item),
+        ThinkingPart("", redacted_data="EmwK+/=="), TextPart("ok")]))
+    assert round_trip(turn) == turn
+    assert turn_to_json(turn)["parts"][0]["opaque"] == item
+    older = {"role": "assistant", "parts": [{"type": "thinking", "text": "why",
+                                             "item_id": "rs_1", "summary_index": 0}]}
+    assert turn_from_json(older).message.parts == [ThinkingPart("why", item_id="rs_1",
+                                                                summary_index=0)]
+
+
+# ---- what stays in memory, what stays on disk (hardening item 13) ----
+
+def test_memory_holds_the_most_recently_used_sessions_by_count_and_reads_the_rest(tmp_path):
+    store = open_store(tmp_path, retention=Retention(memory_sessions=3))
+    for n in range(6):
+        store.commit(f"room{n}", exchange(n))
+    assert store.in_memory()[0] == 3
+    assert [store.cached(f"room{n}") is None for n in range(6)] == [True] * 3 + [False] * 3
+    assert store.cached("never") == []  # nothing to read: a new session
+    # an older one is read from its file, and becomes the most recently used
+    assert store.load("room0") == exchange(0)
+    assert store.cached("room0") == exchange(0) and store.cached("room3") is None
+    assert store.in_memory()[0] == 3
+    # committing to a session out of memory appends to what its file holds
+    store.commit("room1", exchange(9))
+    assert store.load("room1") == exchange(1) + exchange(9)
+    assert [s["turns"] for s in store.sessions()] == [4, 8, 4, 4, 4, 4]
+
+
+def test_memory_holds_at_most_memory_bytes_of_session_files(tmp_path):
+    store = open_store(tmp_path, retention=Retention(memory_sessions=100, memory_bytes=20000))
+    for n in range(10):
+        store.commit(f"room{n}", [UserTurn("x" * 5000)])
+    count, size = store.in_memory()
+    assert count == 3 and size <= 20000, (count, size)
+    # the most recent stays even when it alone is over the bound
+    store.commit("big", [UserTurn("y" * 30000)])
+    assert store.in_memory()[0] == 1 and store.cached("big") == [UserTurn("y" * 30000)]
+    assert all(store.load(f"room{n}") == [UserTurn("x" * 5000)] for n in range(10))
+    # a reload's smaller bound holds at once
+    store.set_retention(Retention(memory_sessions=2, memory_bytes=10**6))
+    assert store.in_memory()[0] == 2
+
+
+def test_a_session_file_that_no_longer_reads_is_set_aside_when_loaded(tmp_path):
+    store = open_store(tmp_path, retention=Retention(memory_sessions=1))
+    store.commit("old", exchange(1))
+    store.commit("new", exchange(2))
+    (tmp_path / "sessions" / "old.json").write_bytes(b"{ damaged")
+    assert store.load("old") == [] and [s["id"] for s in store.sessions()] == ["new"]
+    assert any(name.startswith("old.json.corrupt-") for name in os.listdir(tmp_path / "sessions"))
+
+
+def unnamed(n: int) -> str:
+    return f"s-{n:012x}"
+
+
+def test_at_most_unnamed_keep_unnamed_sessions_stay_on_disk_named_ones_all(tmp_path):
+    store = open_store(tmp_path, retention=Retention(unnamed_keep=3))
+    store.commit("kitchen", exchange(0))
+    for n in range(6):
+        store.commit(unnamed(n), exchange(n))
+    store.commit("mqtt-" + "ab" * 8, exchange(7))
+    store.commit("wyoming-" + "cd" * 8, exchange(8))
+    store.commit("s-not-hex-named", exchange(9))  # named by a client: kept
+    names = sorted(os.listdir(tmp_path / "sessions"))
+    assert names == sorted(["kitchen.json", f"{unnamed(5)}.json", "mqtt-" + "ab" * 8 + ".json",
+                            "wyoming-" + "cd" * 8 + ".json", "s-not-hex-named.json"])
+    assert sorted(s["id"] for s in store.sessions()) == sorted(n[:-5] for n in names)
+    assert store.load(unnamed(0)) == []  # removed: a new session
+    # a later ask on a kept one makes it the newest: the next removal spares it
+    store.commit(unnamed(5), exchange(10))
+    store.commit(unnamed(6), exchange(11))
+    assert unnamed(5) in {s["id"] for s in store.sessions()}
+    assert "mqtt-" + "ab" * 8 not in {s["id"] for s in store.sessions()}
+
+
+def test_unnamed_sessions_expire_after_unnamed_max_age_at_commit_and_at_startup(tmp_path):
+    directory = tmp_path / "sessions"
+    store = open_store(tmp_path, retention=Retention(unnamed_max_age=3600))
+    store.commit(unnamed(1), exchange(1))
+    store.commit("kitchen", exchange(2))
+    # written a day ago (a daemon that was stopped since): gone at startup
+    for name in (f"{unnamed(1)}.json", "kitchen.json"):
+        doc = json.loads((directory / name).read_bytes())
+        doc["updated"] -= 86400
+        (directory / name).write_text(json.dumps(doc))
+    again = open_store(tmp_path, retention=Retention(unnamed_max_age=3600))
+    assert [s["id"] for s in again.sessions()] == ["kitchen"]
+    assert sorted(os.listdir(directory)) == ["kitchen.json"]
+    # and at a commit, once it is older than the age
+    again.commit(unnamed(2), exchange(3))
+    again.set_retention(Retention(unnamed_max_age=0.001))
+    time.sleep(0.01)
+    again.commit("kitchen", exchange(4))
+    assert sorted(os.listdir(directory)) == ["kitchen.json"]
+    # 0: no age limit
+    again.set_retention(Retention(unnamed_max_age=0))
+    again.commit(unnamed(3), exchange(5))
+    time.sleep(0.01)
+    again.commit("kitchen", exchange(6))
+    assert f"{unnamed(3)}.json" in os.listdir(directory)
 
 
 def test_sessions_persist_across_instances(tmp_path):

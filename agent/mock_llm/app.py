@@ -96,6 +96,12 @@ class MockApp:
                              if "tools-400" in quirks else
                              (500, "tools param requires --jinja flag"))
             return _json_reply(status, fmt.error_body(status, words))
+        # A reasoning model's reasoning that had to come back and did not
+        # (docs/reasoning-replay.md): 400, as DeepSeek, Anthropic and OpenAI answer.
+        replay_problem = getattr(fmt, "replay_problem", None)
+        problem = replay_problem(request, body) if replay_problem else None
+        if problem is not None:
+            return _json_reply(400, fmt.error_body(400, problem))
         if "401" in faults:
             return _json_reply(401, fmt.error_body(401, "invalid API key (mock)"))
         if "500" in faults:
@@ -136,7 +142,7 @@ class MockApp:
                 answer = scripts.forced_tool_call(forced)
             except ValueError as exc:
                 return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
-        turn = _turn(request, body, names, quirks)
+        turn = _turn(request, body, names, quirks, conversation.user_text)
         if streaming:
             parts = fmt.stream(answer, turn)
             headers_out = [("content-type", f"{fmt.stream_type}; charset=utf-8"),
@@ -226,7 +232,8 @@ def _compress(reply: Reply, encoding: str) -> None:
         reply.headers.append(("content-length", str(sum(map(len, parts)))))
 
 
-def _turn(request: dict, body: bytes, headers: dict, quirks: frozenset[str]) -> wire.Turn:
+def _turn(request: dict, body: bytes, headers: dict, quirks: frozenset[str],
+          user_text: str = "") -> wire.Turn:
     model = request.get("model")
     options = request.get("stream_options")
     return wire.Turn(
@@ -235,7 +242,7 @@ def _turn(request: dict, body: bytes, headers: dict, quirks: frozenset[str]) -> 
         input_tokens=max(1, len(body) // 4),
         eol="\r\n" if headers.get("x-mock-line-ends", "").lower() == "crlf" else "\n",
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-        quirks=quirks)
+        quirks=quirks, user_text=user_text)
 
 
 def _delay(value: str | None) -> float:

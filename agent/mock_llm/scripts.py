@@ -8,9 +8,11 @@ the tools; `Conversation` is what is left once that is read
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ENGLISH = "The living room is 21.5 °C and the humidity is 40 %. Anything else?"
 CHINESE = "客厅现在是二十一度半，湿度百分之四十。还需要什么吗？"
@@ -22,6 +24,11 @@ REASONING = ("The user asks why the heating is on. The thermostat schedule keeps
              "the living room at 21 °C from 06:00 to 22:00, and it is daytime.")
 REASONED = "The heating is on because the schedule keeps the living room at 21 °C from 06:00 to 22:00."
 NO_SWITCH_TOOL = "I cannot switch anything: no switching tool was offered."
+# The reasoning before a tool call, asked for by a prompt with both switch
+# and reason words (and, in Anthropic's format, thinking turned on). A
+# reasoning model's provider requires it back in the requests after the
+# tool step (docs/reasoning-replay.md); the mock answers 400 when it is not.
+REASONING_TOOL = "The user wants it switched → the switching tool does that, so I call it (21 °C)."
 
 _SWITCH_WORDS = re.compile(r"\bswitch|\bturn (on|off)\b|schalte|打开|关闭|开灯|关灯")
 _OFF_WORDS = re.compile(r"\boff\b|\baus\b|ausschalten|关")
@@ -39,6 +46,7 @@ class Conversation:
     user_text: str
     tool_result: str | None
     tool_names: tuple[str, ...]
+    thinking: bool = True  # may reason before a tool call (Anthropic: thinking enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +107,10 @@ def choose_answer(conversation: Conversation) -> Answer:
         return Answer(confirmation(conversation.tool_result))
     text = conversation.user_text.lower()
     if _SWITCH_WORDS.search(text):
-        return _switch(text, conversation.tool_names)
+        answer = _switch(text, conversation.tool_names)
+        if answer.tool_use and conversation.thinking and reasons_before_tools(text):
+            answer = replace(answer, reasoning=REASONING_TOOL)
+        return answer
     if _REASON_WORDS.search(text):
         return Answer(REASONED, reasoning=REASONING)
     if _CJK.search(text) or "chinese" in text:
@@ -109,6 +120,20 @@ def choose_answer(conversation: Conversation) -> Answer:
     if "emoji" in text:
         return Answer(EMOJI)
     return Answer(ENGLISH)
+
+
+def reasons_before_tools(user_text: str) -> bool:
+    """Whether the answer to this user text reasons before its tool call
+    (when a switching tool is offered): its reasoning must come back."""
+    text = user_text.lower()
+    return bool(_SWITCH_WORDS.search(text) and _REASON_WORDS.search(text))
+
+
+def opaque_token(kind: str, user_text: str) -> str:
+    """A provider's opaque token (a signature, redacted data, encrypted
+    content), the same for the same exchange: derived from its user text."""
+    digest = hashlib.sha256(f"{kind}\0{user_text}".encode("utf-8", "surrogatepass")).digest()
+    return base64.b64encode(digest * 3).decode("ascii")
 
 
 def _switch(text: str, tool_names: tuple[str, ...]) -> Answer:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from agent.mock_llm import scripts
 from agent.mock_llm.scripts import Answer, Conversation
 
 DELTA_CHARS = 4       # characters per text or reasoning delta: many events per answer
@@ -30,6 +31,7 @@ class Turn:
     eol: str = "\n"
     include_usage: bool = False  # Chat Completions: stream_options.include_usage
     quirks: frozenset[str] = frozenset()  # Chat Completions: CHAT_QUIRKS, as local servers send
+    user_text: str = ""   # the last user text: what the opaque reasoning tokens derive from
 
 
 # What OpenAI-compatible local servers do differently (wire-quirks.md).
@@ -175,6 +177,22 @@ class ChatCompletions:
         return events
 
     @staticmethod
+    def replay_problem(body: dict, raw: bytes) -> str | None:
+        """DeepSeek's thinking mode: an assistant message with tool calls
+        whose reasoning the mock sent must have it back as reasoning_content."""
+        user = ""
+        for message in _list(body.get("messages")):
+            if not isinstance(message, dict):
+                continue
+            if message.get("role") == "user":
+                user = _text(message.get("content"))
+            elif message.get("role") == "assistant" and message.get("tool_calls") \
+                    and scripts.reasons_before_tools(user) \
+                    and message.get("reasoning_content") != scripts.REASONING_TOOL:
+                return "The reasoning_content in the thinking mode must be passed back to the API."
+        return None
+
+    @staticmethod
     def complete(answer: Answer, turn: Turn) -> dict:
         message: dict = {"role": "assistant", "content": answer.text or None}
         if answer.reasoning:
@@ -215,13 +233,52 @@ class AnthropicMessages:
                    if isinstance(block, dict) and block.get("type") == "tool_result"]
         result = _text(results[-1].get("content")) if results else None
         return Conversation(_last_user_text(messages), result,
-                            _names(body.get("tools"), lambda t: t.get("name")))
+                            _names(body.get("tools"), lambda t: t.get("name")),
+                            thinking=AnthropicMessages._thinking(body))
+
+    @staticmethod
+    def _thinking(body: dict) -> bool:
+        thinking = body.get("thinking")
+        return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+
+    @staticmethod
+    def _reasoned_blocks(user_text: str) -> list[dict]:
+        """The blocks before the tool call of an answer that reasoned first:
+        signed thinking and redacted thinking, both required back unchanged."""
+        return [{"type": "thinking", "thinking": scripts.REASONING_TOOL,
+                 "signature": scripts.opaque_token("signature", user_text)},
+                {"type": "redacted_thinking",
+                 "data": scripts.opaque_token("redacted", user_text)}]
+
+    @staticmethod
+    def replay_problem(body: dict, raw: bytes) -> str | None:
+        """With thinking on, an assistant turn with tool use whose thinking
+        the mock sent must start with those blocks, signature and data
+        unchanged (Anthropic's rule for tool loops)."""
+        if not AnthropicMessages._thinking(body):
+            return None
+        user = ""
+        for n, message in enumerate(_list(body.get("messages"))):
+            if not isinstance(message, dict):
+                continue
+            content = _list(message.get("content"))
+            if message.get("role") == "user" and _text(content):
+                user = _text(content)
+            elif message.get("role") == "assistant" and scripts.reasons_before_tools(user) \
+                    and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content) \
+                    and content[:2] != AnthropicMessages._reasoned_blocks(user):
+                return (f"messages.{n}.content: an assistant turn with tool_use must start with "
+                        "its thinking and redacted_thinking blocks as they were sent, "
+                        "signature and data unchanged, when thinking is enabled")
+        return None
 
     @staticmethod
     def _blocks(answer: Answer, turn: Turn) -> list[dict]:
         """The content blocks of the complete answer, in stream order."""
         blocks = []
-        if answer.reasoning:
+        if answer.reasoning == scripts.REASONING_TOOL and answer.tool_use:
+            blocks += AnthropicMessages._reasoned_blocks(turn.user_text)
+        elif answer.reasoning:
             blocks.append({"type": "thinking", "thinking": answer.reasoning,
                            "signature": f"mock-signature-{turn.seed}"})
         if answer.text:
@@ -246,6 +303,8 @@ class AnthropicMessages:
                 start = {"type": "thinking", "thinking": "", "signature": ""}
                 deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces(block["thinking"])]
                 deltas.append({"type": "signature_delta", "signature": block["signature"]})
+            elif block["type"] == "redacted_thinking":
+                start, deltas = block, []
             elif block["type"] == "text":
                 start = {"type": "text", "text": ""}
                 deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
@@ -310,10 +369,42 @@ class Responses:
                             _names(body.get("tools"), lambda t: t.get("name")))
 
     @staticmethod
+    def reasoned_item(user_text: str) -> str:
+        """The reasoning item before the tool call of an answer that reasoned
+        first, as the JSON text its output_item.done carries: ASCII escapes
+        and spaces after separators, so that only the bytes as they came,
+        never a re-encoding, match it when it is sent back."""
+        return json.dumps({"id": "rs_mock_" + scripts.opaque_token("id", user_text)[:24]
+                           .replace("+", "0").replace("/", "1"),
+                           "type": "reasoning",
+                           "summary": [{"type": "summary_text", "text": scripts.REASONING_TOOL}],
+                           "encrypted_content": "gAAAAA" + scripts.opaque_token("encrypted",
+                                                                                user_text)},
+                          ensure_ascii=True)
+
+    @staticmethod
+    def replay_problem(body: dict, raw: bytes) -> str | None:
+        """A function_call whose reasoning the mock sent needs that
+        reasoning item before it in the input, byte for byte as it came."""
+        user = ""
+        for item in _list(body.get("input")):
+            if not isinstance(item, dict):
+                continue
+            if item.get("role") == "user":
+                user = _text(item.get("content"))
+            elif item.get("type") == "function_call" and scripts.reasons_before_tools(user) \
+                    and Responses.reasoned_item(user).encode() not in raw:
+                return (f"Item {item.get('call_id')!r} of type 'function_call' was provided "
+                        "without its required 'reasoning' item (sent back byte-exact)")
+        return None
+
+    @staticmethod
     def _items(answer: Answer, turn: Turn) -> list[dict]:
         """The output items of the complete answer, in output_index order."""
         items = []
-        if answer.reasoning:
+        if answer.reasoning == scripts.REASONING_TOOL and answer.tool_use:
+            items.append(json.loads(Responses.reasoned_item(turn.user_text)))
+        elif answer.reasoning:
             items.append({"id": f"rs_mock_{turn.seed}", "type": "reasoning",
                           "summary": [{"type": "summary_text", "text": answer.reasoning}]})
         if answer.text:
@@ -364,8 +455,18 @@ class Responses:
                            "item": item})
         events.append({"type": "response.completed",
                        "response": Responses._response(answer, turn, done=True)})
-        return [sse({**e, "sequence_number": n}, turn.eol, event=e["type"])
-                for n, e in enumerate(events)]
+        return [Responses._event(e, n, turn) for n, e in enumerate(events)]
+
+    @staticmethod
+    def _event(e: dict, n: int, turn: Turn) -> bytes:
+        item = e.get("item")
+        if e["type"] == "response.output_item.done" and item.get("encrypted_content"):
+            # the reasoning item's bytes as reasoned_item() wrote them
+            head = _json({"type": e["type"], "output_index": e["output_index"]})[:-1]
+            payload = f'{head},"item":{Responses.reasoned_item(turn.user_text)},' \
+                      f'"sequence_number":{n}}}'
+            return sse(payload, turn.eol, event=e["type"])
+        return sse({**e, "sequence_number": n}, turn.eol, event=e["type"])
 
     @staticmethod
     def complete(answer: Answer, turn: Turn) -> dict:

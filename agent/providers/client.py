@@ -63,6 +63,7 @@ from agent.providers.requests import (
     Provider,
     Tool,
     build_request,
+    encode_body,
 )
 from agent.stream import records as rec
 from agent.stream.decoders import events as ev
@@ -233,6 +234,9 @@ class _Run:
                       self.provider_error, text_bytes=self.text_bytes)
 
 
+_JSON_BODY = {"content-type": "application/json"}
+
+
 async def stream_answer(client: httpx.AsyncClient, provider: Provider,
                         conversation: Conversation, tools: list[Tool] | None = None, *,
                         on_event: Callable[[object], Awaitable[None]] | None = None,
@@ -273,8 +277,9 @@ async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict
     run.decoder = DECODERS[provider.protocol](max_arguments=run.max_tool_arguments)
     run.attempts += 1
     try:
-        async with client.stream("POST", url, headers=headers, json=body,
-                                 timeout=timeout) as response:
+        # encode_body: a provider's opaque items go back byte-exact
+        async with client.stream("POST", url, headers={**headers, **_JSON_BODY},
+                                 content=encode_body(body), timeout=timeout) as response:
             if not 200 <= response.status_code < 300:
                 error = await _http_error(provider, response)
                 if body.get("tools") and refuses_tools(error.status, error.message):

@@ -7,17 +7,24 @@ request of one wire format out.
 builder appends the path. Ollama's native API (protocol `ollama`) has no
 prefix: `http://127.0.0.1:11434`, the builder appends `/api/chat`.
 
-What each format can carry back of an earlier assistant turn:
-- OpenAI Chat: text and tool calls (arguments as the exact string);
-  reasoning is not sent back.
-- Anthropic: thinking blocks with their signatures (required back when the
-  turn has tool use), redacted thinking, text, tool_use with `input` the
-  parsed arguments ({} when they did not parse: Anthropic takes an object).
-- OpenAI Responses: text as an output message item and function_call items
-  (exact argument string), without item ids and without reasoning items:
-  an id'd function_call needs its reasoning item, and that item can only
-  be replayed with encrypted content the stream does not give us. This
-  stateless form works whether the server stores responses or not.
+What each format can carry back of an earlier assistant turn (the table
+with its tests is docs/reasoning-replay.md):
+- OpenAI Chat: text, tool calls (arguments as the exact string) and the
+  reasoning as `reasoning_content` when the turn had any: DeepSeek's
+  thinking mode answers 400 when a tool-call turn's reasoning is not sent
+  back in every later request; servers without it ignore the field.
+- Anthropic: thinking blocks with their signatures byte-exact (required
+  back when the turn has tool use), redacted thinking with its data, text,
+  tool_use with `input` the parsed arguments ({} when they did not parse:
+  Anthropic takes an object). `thinking_budget` turns thinking on.
+- OpenAI Responses: every request has `store: false` and asks for
+  `include: ["reasoning.encrypted_content"]`, so a reasoning model's
+  reasoning items come whole in the stream; each is sent back before the
+  items it led to exactly as it came (RawJSON: byte-exact, never
+  re-encoded), then text as an output message item and function_call items
+  (exact argument string) without item ids. An item that came damaged is
+  not sent back, nor one with nothing after it (the API refuses a
+  reasoning item without its following item).
 - Ollama: text and tool calls, arguments as the parsed object ({} when
   they did not parse: Ollama takes an object), without ids (its format
   has none); a tool result names its tool (`tool_name`). Thinking is not
@@ -28,7 +35,9 @@ get the content text alone.
 
 from __future__ import annotations
 
+import json
 import re
+import secrets as _secrets
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -47,6 +56,42 @@ _GO_DURATION = re.compile(r"-?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h
 ANTHROPIC_VERSION = "2023-06-01"
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; the others do not
+ANTHROPIC_MIN_THINKING_BUDGET = 1024  # Anthropic's least budget_tokens
+RESPONSES_INCLUDE = ["reasoning.encrypted_content"]
+
+
+class RawJSON(str):
+    """JSON text that goes into a request body as it is, byte for byte
+    (encode_body): a provider's opaque item sent back."""
+
+    __slots__ = ()
+
+
+def encode_body(body: dict) -> bytes:
+    """A request body as compact UTF-8 JSON, each RawJSON in it spliced in
+    exactly as it came. (Encoded as a placeholder string with a random
+    nonce first, which no other string of the body can hold.)"""
+    raws: list[str] = []
+    nonce = _secrets.token_hex(8)
+
+    def default(value):
+        raise TypeError(f"not JSON: {type(value).__name__}")
+
+    def walk(value):
+        if isinstance(value, RawJSON):
+            raws.append(value)
+            return f"{nonce}:{len(raws) - 1}"
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    text = json.dumps(walk(body), ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                      default=default)
+    for index, raw in enumerate(raws):
+        text = text.replace(f'"{nonce}:{index}"', raw, 1)
+    return text.encode("utf-8", "surrogatepass")
 
 
 @dataclass(frozen=True, repr=False)
@@ -67,6 +112,9 @@ class Provider:
     keep_alive: str | float | None = None      # a Go duration ("5m", "-1") or seconds
     think: bool | str | None = None            # true, false, or a level (THINK_LEVELS)
     format: str | Mapping[str, Any] | None = None  # "json", or a JSON Schema object
+    # Anthropic only: extended thinking with this budget (tokens, at least
+    # 1024 and under max_tokens); its blocks go back in tool loops.
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -80,9 +128,21 @@ class Provider:
                 raise ValueError(f"provider {self.name!r}: {name} must be positive")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"provider {self.name!r}: max_tokens must be positive")
-        problem = self._ollama_problem()
+        problem = self._ollama_problem() or self._thinking_problem()
         if problem is not None:
             raise ValueError(f"provider {self.name!r}: {problem}")
+
+    def _thinking_problem(self) -> str | None:
+        budget = self.thinking_budget
+        if budget is None:
+            return None
+        if self.protocol != "anthropic":
+            return f"thinking_budget is an option of protocol \"anthropic\" only, not {self.protocol!r}"
+        limit = self.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS
+        if type(budget) is not int or not ANTHROPIC_MIN_THINKING_BUDGET <= budget < limit:
+            return (f"thinking_budget must be an integer from {ANTHROPIC_MIN_THINKING_BUDGET} "
+                    f"to below max_tokens ({limit}), not {budget!r}")
+        return None
 
     def _ollama_problem(self) -> str | None:
         """What is wrong with the Ollama options (the words start with the
@@ -252,6 +312,9 @@ def _chat_assistant(message: Message) -> dict:
     calls = message.tool_calls
     text = message.text
     out: dict = {"role": "assistant", "content": text if text or not calls else None}
+    reasoning = message.reasoning
+    if reasoning:
+        out["reasoning_content"] = reasoning
     if calls:
         out["tool_calls"] = [{"id": c.id, "type": "function",
                               "function": {"name": c.name, "arguments": c.arguments}}
@@ -297,6 +360,8 @@ def _anthropic(provider: Provider, conversation: Conversation, tools: list[Tool]
                   "messages": messages, "stream": True}
     if conversation.system is not None:
         body["system"] = conversation.system
+    if provider.thinking_budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": provider.thinking_budget}
     if tools:
         body["tools"] = [{"name": t.name, "description": t.description,
                           "input_schema": dict(t.parameters)} for t in tools]
@@ -337,7 +402,8 @@ def _responses(provider: Provider, conversation: Conversation, tools: list[Tool]
                           "output": turn.content})
         else:
             raise TypeError(f"not a conversation turn: {turn!r}")
-    body: dict = {"model": provider.model, "input": items, "stream": True}
+    body: dict = {"model": provider.model, "input": items, "stream": True, "store": False,
+                  "include": list(RESPONSES_INCLUDE)}
     if conversation.system is not None:
         body["instructions"] = conversation.system
     if provider.max_tokens is not None:
@@ -348,15 +414,20 @@ def _responses(provider: Provider, conversation: Conversation, tools: list[Tool]
     return "/responses", body
 
 
-def _responses_items(message: Message) -> list[dict]:
-    items: list[dict] = []
+def _responses_items(message: Message) -> list:
+    items: list = []
     for part in message.parts:
-        if isinstance(part, TextPart) and part.text:
+        if isinstance(part, ThinkingPart):
+            if part.opaque is not None:
+                items.append(RawJSON(part.opaque))
+        elif isinstance(part, TextPart) and part.text:
             items.append({"type": "message", "role": "assistant",
                           "content": [{"type": "output_text", "text": part.text}]})
         elif isinstance(part, ToolCall):
             items.append({"type": "function_call", "call_id": part.id, "name": part.name,
                           "arguments": part.arguments})
+    while items and isinstance(items[-1], RawJSON):
+        items.pop()  # a reasoning item needs the item it led to after it
     return items
 
 

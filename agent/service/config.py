@@ -51,6 +51,8 @@ MAX_ID = 2**32 - 2
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_CLIENT_QUEUE = 65536
 MAX_TURNS = 10000
+MAX_MEMORY_SESSIONS = 100000
+MAX_UNNAMED_KEEP = 1000000
 MAX_CLIENTS = 4096
 MAX_SHUTDOWN_GRACE = 3600.0
 MAX_DELTA_INTERVAL_MS = 1000
@@ -72,10 +74,12 @@ _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_g
                 "max_clients", "max_clients_per_user", "max_announce_chars",
                 "log_level")
 _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
-                 "max_tool_arguments", "max_answer_bytes")
+                 "max_tool_arguments", "max_answer_bytes", "memory_sessions", "memory_bytes",
+                 "unnamed_keep", "unnamed_max_age")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
-                      "total_timeout": float, "max_tokens": int, "num_ctx": int}
+                      "total_timeout": float, "max_tokens": int, "num_ctx": int,
+                      "thinking_budget": int}
 # Ollama's options of more than one TOML type: Provider checks them.
 _PROVIDER_ANY = ("keep_alive", "think", "format")
 _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",
@@ -160,6 +164,10 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_tool_calls = 8      # tool calls run of one model response; the rest get error results
 # max_tool_arguments = 65536  # bytes of one call's arguments; a longer call is not run
 # max_answer_bytes = 1048576  # of one ask's text and reasoning; past it the stream is closed
+# memory_sessions = 16    # histories held in memory (most recently used); others read from disk
+# memory_bytes = 1048576  # of those histories' files together
+# unnamed_keep = 64       # sessions the daemon named itself kept on disk; the oldest removed
+# unnamed_max_age = 604800.0  # seconds an unnamed session is kept after its last answer; 0: no limit
 
 [providers.local]
 protocol = "openai-chat"
@@ -225,7 +233,11 @@ def _sessions(table: Table) -> SessionConfig:
         max_tool_steps=table.integer("max_tool_steps", 8, 1, 64),
         max_tool_calls=table.integer("max_tool_calls", 8, 1, 64),
         max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20),
-        max_answer_bytes=table.integer("max_answer_bytes", 1 << 20, 4096, 64 << 20))
+        max_answer_bytes=table.integer("max_answer_bytes", 1 << 20, 4096, 64 << 20),
+        memory_sessions=table.integer("memory_sessions", 16, 1, MAX_MEMORY_SESSIONS),
+        memory_bytes=table.integer("memory_bytes", 1 << 20, 4096, 1 << 30),
+        unnamed_keep=table.integer("unnamed_keep", 64, 1, MAX_UNNAMED_KEEP),
+        unnamed_max_age=table.number("unnamed_max_age", 7 * 86400.0, 0, 10 * 365 * 86400.0))
 
 
 def _wyoming(table: Table) -> WyomingConfig:

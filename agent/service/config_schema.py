@@ -52,6 +52,10 @@ class SessionConfig:
     max_tool_calls: int = 8
     max_tool_arguments: int = 65536
     max_answer_bytes: int = 1 << 20
+    memory_sessions: int = 16      # histories held in memory, the most recently used
+    memory_bytes: int = 1 << 20    # of their files together
+    unnamed_keep: int = 64         # unnamed sessions kept on disk
+    unnamed_max_age: float = 7 * 86400.0  # seconds; 0: no age limit
 
 
 @dataclass(frozen=True)

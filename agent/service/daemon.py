@@ -45,7 +45,7 @@ from agent.service import log as logsetup
 from agent.service.config import Config, ConfigError, load
 from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_interval
 from agent.session.runner import Runner, AskLimits, Upstream
-from agent.session.store import SessionStore, StorageError
+from agent.session.store import Retention, SessionStore, StorageError
 from agent.tools.base import Toolbox
 
 log = logging.getLogger("homeagent.daemon")
@@ -145,6 +145,12 @@ def upstreams_of(config: Config) -> dict[str, Upstream]:
             for name, entry in config.providers.items()}
 
 
+def retention_of(config: Config) -> Retention:
+    sessions = config.sessions
+    return Retention(sessions.memory_sessions, sessions.memory_bytes, sessions.unnamed_keep,
+                     sessions.unnamed_max_age)
+
+
 def ask_limits_of(config: Config) -> AskLimits:
     sessions = config.sessions
     return AskLimits(sessions.max_tool_steps, sessions.max_tool_calls,
@@ -158,7 +164,8 @@ async def _serve(config: Config, environ: Mapping[str, str]) -> None:
         try:
             store = SessionStore(os.path.join(config.daemon.state_directory, "sessions"),
                                  max_turns=config.sessions.max_turns,
-                                 max_bytes=config.sessions.max_bytes)
+                                 max_bytes=config.sessions.max_bytes,
+                                 retention=retention_of(config))
         except StorageError as exc:
             raise StartupError(f"the state directory is not usable: {exc}") from None
         bound = _listen(config, environ)
@@ -339,6 +346,7 @@ class _Daemon:
                                 limits=self.limits(new.daemon))
         self.store.set_limits(max_turns=new.sessions.max_turns,
                               max_bytes=new.sessions.max_bytes)
+        self.store.set_retention(retention_of(new))
         logsetup.set_level(new.daemon.log_level)
         self.devices.max_announce_chars = new.daemon.max_announce_chars
         for key in ("socket", "socket_mode", "socket_group", "state_directory"):

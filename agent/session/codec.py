@@ -88,7 +88,7 @@ def _part_to_json(part) -> dict:
     if isinstance(part, ThinkingPart):
         return _present({"type": "thinking", "text": part.text, "signature": part.signature,
                          "redacted_data": part.redacted_data, "item_id": part.item_id,
-                         "summary_index": part.summary_index})
+                         "summary_index": part.summary_index, "opaque": part.opaque})
     if isinstance(part, ToolCall):
         # The arguments once, as the model sent them; parsed again on reading.
         return _present({"type": "tool_call", "id": part.id, "name": part.name,
@@ -133,7 +133,8 @@ def _part_from_json(obj: Any, where: str):
         return ThinkingPart(part.required("text", str), signature=part.optional("signature", str),
                             redacted_data=part.optional("redacted_data", str),
                             item_id=part.optional("item_id", str),
-                            summary_index=part.optional("summary_index", int))
+                            summary_index=part.optional("summary_index", int),
+                            opaque=part.optional("opaque", str))  # older files: none
     if kind == "tool_call":
         call = ToolCall(id=part.optional("id", str), name=part.optional("name", str),
                         arguments=part.required("arguments", str),

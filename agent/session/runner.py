@@ -249,7 +249,7 @@ class Runner:
                         emit: Emit, stop: Stop) -> None:
         if self._streaming is None:  # before _first: nothing admitted waits on it
             await self._import_streaming()
-        history = await self._memory(self.store.load, session)
+        history = await self._history(session)
         index = self._first(chain)
         upstream = chain[index]
         provider = upstream.provider
@@ -455,7 +455,13 @@ class Runner:
         return await self._store(self.store.forget, session)
 
     async def history(self, session: str) -> list:
-        return await self._memory(self.store.load, session)
+        return await self._history(session)
+
+    async def _history(self, session: str) -> list:
+        # From memory on this thread when the store holds it there (a recent
+        # session, or a new one); a file to read goes to a worker thread.
+        turns = await self._memory(self.store.cached, session)
+        return turns if turns is not None else await self._store(self.store.load, session)
 
     async def sessions(self) -> list[dict]:
         return await self._memory(self.store.sessions)
@@ -474,7 +480,7 @@ class Runner:
                                                         abandon_on_cancel=True)
 
     async def _memory(self, call, *args):
-        # A call that reads memory only (the store keeps every history there):
+        # A call that reads memory only (the store's index and recent histories):
         # after the writes queued before it, as _store, but on this thread; a
         # worker thread's round trip would delay every ask's first request.
         async with self._store_lock:

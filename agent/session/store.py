@@ -13,10 +13,24 @@ Names in the directory:
   They are parsed by the strict scanner (agent/stream/jsonscan.py): a NaN or
   an Infinity is a corrupt file, never a value a reply would have to carry.
 
-Every session file is read when the store opens: the files are small, a
-corrupt one shows at startup rather than in the middle of an answer, and
-sessions() can count turns without reading. After that memory is the truth:
-one store owns its directory, and files put there later are not seen.
+Every session file is read when the store opens: a corrupt one shows at
+startup rather than in the middle of an answer. What stays in memory is
+bounded (Retention, the [sessions] config): an index of every session on
+disk (its size, turn count and update time, so sessions() reads nothing),
+and the turns of the most recently used sessions only, at most
+memory_sessions of them and memory_bytes of their files together. Any other
+session is read from its file when it is asked for (load), and becomes the
+most recently used. One store owns its directory: files put there later are
+not seen, and a file the index names is the one this store wrote.
+
+Unnamed sessions, the ones the daemon names itself (UNNAMED: `s-<12 hex>` for
+an ask without a session, `mqtt-<16 hex>` and `wyoming-<16 hex>` for the
+doors' asks; Wyoming names a conversation by a hash of the same shape, and
+Home Assistant's conversations are short-lived too), are capped on disk: at
+most unnamed_keep of them, the least recently updated removed first, and
+none older than unnamed_max_age seconds. They are pruned at startup and
+after each commit, so a daemon that answers for months keeps a bounded
+directory and a bounded index.
 
 A write goes to a temporary file in the same directory, is fsynced, replaces
 the session file by rename and the directory is fsynced: a kill (or a power
@@ -37,9 +51,8 @@ it was before the call. Opening writes and fsyncs a probe file of real
 bytes, so an unusable state directory (read-only, full, not writable) stops
 the daemon at start rather than at the first answer.
 
-Not thread-safe: the caller serialises the calls for one session. Calls for
-different sessions may run in different threads; they share only the dict of
-sessions, and each of its operations here is atomic under the GIL.
+Not thread-safe: the caller serialises every call (the runner holds one
+lock around them); they may run in different threads, one at a time.
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ import re
 import stat
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from agent.jsontypes import is_type
@@ -61,6 +75,9 @@ from agent.session.codec import turn_from_json, turn_to_json
 from agent.stream.jsonscan import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, loads_flagged
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch; ids become file names
+# fullmatch: the ids the daemon gives itself (agent/session/runner.py, the MQTT
+# and Wyoming doors), whose sessions are capped and expire (Retention)
+UNNAMED = re.compile(r"s-[0-9a-f]{12}|mqtt-[0-9a-f]{16}|wyoming-[0-9a-f]{16}")
 FORMAT_VERSION = 1
 
 log = logging.getLogger("homeagent.session")
@@ -90,18 +107,43 @@ class TooLargeToKeep(Exception):
     max_bytes: not kept, and the session is left as it was."""
 
 
-@dataclass
-class _Session:
-    turns: list
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """What the store holds ([sessions] config): the turns of at most
+    memory_sessions sessions in memory and memory_bytes of their files
+    together (the most recently used; the others are read when asked for);
+    at most unnamed_keep unnamed sessions on disk, none older than
+    unnamed_max_age seconds (0: no age limit)."""
+    memory_sessions: int = 16
+    memory_bytes: int = 1 << 20
+    unnamed_keep: int = 64
+    unnamed_max_age: float = 7 * 86400.0
+
+    def __post_init__(self) -> None:
+        if self.memory_sessions < 1 or self.memory_bytes < 1 or self.unnamed_keep < 1 \
+                or not self.unnamed_max_age >= 0:
+            raise ValueError("memory_sessions, memory_bytes and unnamed_keep must be positive, "
+                             "unnamed_max_age not negative")
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A session on disk, as the index knows it."""
+    turns: int  # how many
     size: int  # bytes of its file
     updated: float
 
 
 class SessionStore:
-    def __init__(self, directory: str, *, max_turns: int, max_bytes: int) -> None:
+    def __init__(self, directory: str, *, max_turns: int, max_bytes: int,
+                 retention: Retention = Retention()) -> None:
         self.set_limits(max_turns=max_turns, max_bytes=max_bytes)
+        self.retention = retention
         self.directory = directory
-        self._sessions: dict[str, _Session] = {}
+        self._index: dict[str, _Entry] = {}  # every session on disk
+        # the turns and file size of the most recently used sessions, least recent first
+        self._cache: OrderedDict[str, tuple[list, int]] = OrderedDict()
+        self._cached_bytes = 0  # their files' sizes together
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
             self._dirfd = os.open(directory, _DIRECTORY_FLAGS)
@@ -120,9 +162,24 @@ class SessionStore:
             os.unlink(self._write_temp(_PROBE, _PROBE_BYTES), dir_fd=self._dirfd)
         except OSError as exc:
             raise StorageError(f"session directory {directory}", exc) from exc
+        read = []
         for name in names:
             if name.endswith(_SUFFIX) and SESSION_ID.fullmatch(name[:-len(_SUFFIX)]):
-                self._read(name[:-len(_SUFFIX)])
+                session_id = name[:-len(_SUFFIX)]
+                turns = self._read(session_id)
+                if turns is not None:
+                    read.append((self._index[session_id].updated, session_id, turns))
+        self._prune(time.time())
+        # The most recently updated stay in memory, as far as the bounds allow.
+        for _, session_id, turns in sorted(read):
+            if session_id in self._index:
+                self._remember(session_id, turns)
+
+    def set_retention(self, retention: Retention) -> None:
+        """New bounds (a config reload): memory meets them at once, the
+        directory at the next commit."""
+        self.retention = retention
+        self._evict()
 
     def set_limits(self, *, max_turns: int, max_bytes: int) -> None:
         """New limits (a config reload); a session meets them at its next commit."""
@@ -131,16 +188,37 @@ class SessionStore:
         self.max_turns, self.max_bytes = max_turns, max_bytes
 
     def load(self, session_id: str) -> list:
-        """The session's turns (a new list); [] for a session never committed."""
-        session = self._sessions.get(check_session_id(session_id))
-        return list(session.turns) if session else []
+        """The session's turns (a new list); [] for a session never committed
+        (or forgotten, or expired). Reads its file when it is not in memory:
+        a file that no longer reads is moved aside and the session starts
+        empty, as at startup."""
+        turns = self.cached(session_id)
+        if turns is not None:
+            return turns
+        turns = self._read(session_id)
+        if turns is None:
+            return []
+        self._remember(session_id, turns)
+        return list(turns)
+
+    def cached(self, session_id: str) -> list | None:
+        """load() without the disk: the turns when they are in memory (or
+        there are none), None when only load() can read them."""
+        cached = self._cache.get(check_session_id(session_id))
+        if cached is not None:
+            self._cache.move_to_end(session_id)
+            return list(cached[0])
+        return None if session_id in self._index else []
+
+    def in_memory(self) -> tuple[int, int]:
+        """The sessions whose turns are in memory, and their files' bytes."""
+        return len(self._cache), self._cached_bytes
 
     def commit(self, session_id: str, new_turns: list) -> list:
         """Append the turns of one finished exchange, trim to the limits and
         write the file; returns the turns trimmed away, oldest first. Raises
         TooLargeToKeep, changing nothing, when the exchange cannot fit."""
-        old = self._sessions.get(check_session_id(session_id))
-        turns = (old.turns if old else []) + list(new_turns)
+        turns = self.load(session_id) + list(new_turns)
         # ASCII JSON: a lone surrogate (a client may send "\ud800") still encodes.
         encoded = [_ENCODER.encode(turn_to_json(turn)).encode("ascii") for turn in turns]
         updated = time.time()
@@ -162,12 +240,15 @@ class SessionStore:
             self._write(session_id, data)
         except OSError as exc:
             raise StorageError(f"session {session_id!r} was not written", exc) from exc
-        self._sessions[session_id] = _Session([turns[i] for i in kept], len(data), updated)
+        self._forget_cached(session_id)
+        self._index[session_id] = _Entry(len(kept), len(data), updated)
+        self._remember(session_id, [turns[i] for i in kept])
+        self._prune(updated)
         return turns[:first]
 
     def forget(self, session_id: str) -> bool:
         """Delete the session from memory and disk; False if there is none."""
-        if check_session_id(session_id) not in self._sessions:
+        if check_session_id(session_id) not in self._index:
             return False
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -175,12 +256,66 @@ class SessionStore:
             self._sync_directory()
         except OSError as exc:
             raise StorageError(f"session {session_id!r} was not deleted", exc) from exc
-        del self._sessions[session_id]
+        del self._index[session_id]
+        self._forget_cached(session_id)
         return True
 
     def sessions(self) -> list[dict]:
-        return [{"id": session_id, "turns": len(s.turns), "bytes": s.size, "updated": s.updated}
-                for session_id, s in sorted(self._sessions.items())]
+        return [{"id": session_id, "turns": e.turns, "bytes": e.size, "updated": e.updated}
+                for session_id, e in sorted(self._index.items())]
+
+    def _remember(self, session_id: str, turns: list) -> None:
+        """Keep a session's turns in memory as the most recently used."""
+        self._forget_cached(session_id)
+        size = self._index[session_id].size
+        self._cache[session_id] = (turns, size)
+        self._cached_bytes += size
+        self._evict()
+
+    def _forget_cached(self, session_id: str) -> None:
+        cached = self._cache.pop(session_id, None)
+        if cached is not None:
+            self._cached_bytes -= cached[1]
+
+    def _evict(self) -> None:
+        """The least recently used leave memory (their files stay) until the
+        bounds hold; the most recent stays even alone over memory_bytes."""
+        retention = self.retention
+        while len(self._cache) > 1 and (len(self._cache) > retention.memory_sessions
+                                        or self._cached_bytes > retention.memory_bytes):
+            self._forget_cached(next(iter(self._cache)))
+
+    def _prune(self, now: float) -> None:
+        """Remove the unnamed sessions past unnamed_keep (the least recently
+        updated) or older than unnamed_max_age. A file the disk will not let
+        go is logged and stays in the index, to be tried again."""
+        retention = self.retention
+        unnamed = sorted((e.updated, session_id) for session_id, e in self._index.items()
+                         if UNNAMED.fullmatch(session_id))
+        excess = len(unnamed) - retention.unnamed_keep
+        expired = [session_id for i, (updated, session_id) in enumerate(unnamed)
+                   if i < excess or (retention.unnamed_max_age
+                                     and updated < now - retention.unnamed_max_age)]
+        if not expired:
+            return
+        removed = []
+        for session_id in expired:
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(session_id + _SUFFIX, dir_fd=self._dirfd)
+            except OSError as exc:
+                log.error("unnamed session %s was not removed: %s", session_id,
+                          exc.strerror or exc)
+                continue
+            self._forget_cached(session_id)
+            del self._index[session_id]
+            removed.append(session_id)
+        if removed:
+            with contextlib.suppress(OSError):
+                self._sync_directory()  # a removal lost to a crash is redone at startup
+            log.info("removed %d unnamed sessions (over sessions.unnamed_keep %d or older "
+                     "than sessions.unnamed_max_age %gs)", len(removed),
+                     retention.unnamed_keep, retention.unnamed_max_age)
 
     def _first_kept(self, turns: list, encoded: list[bytes], overhead: int) -> int:
         """Index of the first turn to keep. Whole exchanges (a user turn up to
@@ -218,7 +353,9 @@ class SessionStore:
             kept = [i for i in kept if not step <= i < following]
         return kept
 
-    def _read(self, session_id: str) -> None:
+    def _read(self, session_id: str) -> list | None:
+        """A session file's turns, the index told of it; None when there is
+        none or it does not read (then it is moved aside, out of the index)."""
         name = session_id + _SUFFIX
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=self._dirfd)  # a symlink fails with ELOOP
@@ -231,10 +368,17 @@ class SessionStore:
                 os.close(fd)
             turns, updated = _parse(session_id, data)
         # JSON and UTF-8 errors are ValueErrors; nesting too deep is a RecursionError.
+        except FileNotFoundError:
+            self._forget_cached(session_id)
+            self._index.pop(session_id, None)
+            return None
         except (OSError, ValueError, RecursionError) as exc:
             self._set_aside(name, exc)
-            return
-        self._sessions[session_id] = _Session(turns, len(data), updated)
+            self._forget_cached(session_id)
+            self._index.pop(session_id, None)
+            return None
+        self._index[session_id] = _Entry(len(turns), len(data), updated)
+        return turns
 
     def _set_aside(self, name: str, reason: Exception) -> None:
         path = os.path.join(self.directory, name)

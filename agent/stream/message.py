@@ -2,8 +2,8 @@
 
 The session stores it and sends it back on the next turn, so it keeps what
 each wire format needs for that: the exact argument string of every tool
-call, thinking blocks with their signatures in order (Anthropic), item ids
-(Responses).
+call, thinking blocks with their signatures in order (Anthropic), item ids and
+whole reasoning items (Responses).
 """
 
 from __future__ import annotations
@@ -82,12 +82,16 @@ class TextPart:
 @dataclass(slots=True)
 class ThinkingPart:
     """Reasoning. signature (Anthropic) is kept byte-exact; summary_index
-    (OpenAI Responses) tells the summaries of one reasoning item apart."""
+    (OpenAI Responses) tells the summaries of one reasoning item apart;
+    opaque (OpenAI Responses) is the whole reasoning item as the provider
+    sent it in output_item.done (id, summary, encrypted_content): JSON text
+    kept byte-exact and sent back as it is, on the item's first part only."""
     text: str
     signature: str | None = None
     redacted_data: str | None = None
     item_id: str | None = None
     summary_index: int | None = None
+    opaque: str | None = None
 
 
 @dataclass

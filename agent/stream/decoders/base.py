@@ -47,7 +47,7 @@ class TextBuilder:
 
 
 class ThinkingBuilder:
-    __slots__ = ("pieces", "signature", "redacted_data", "item_id", "summary_index")
+    __slots__ = ("pieces", "signature", "redacted_data", "item_id", "summary_index", "opaque")
 
     def __init__(self, item_id: str | None = None, summary_index: int | None = None,
                  redacted_data: str | None = None) -> None:
@@ -56,10 +56,11 @@ class ThinkingBuilder:
         self.redacted_data = redacted_data
         self.item_id = item_id
         self.summary_index = summary_index
+        self.opaque: str | None = None
 
     def build(self) -> ThinkingPart:
         return ThinkingPart("".join(self.pieces), self.signature, self.redacted_data,
-                            self.item_id, self.summary_index)
+                            self.item_id, self.summary_index, self.opaque)
 
 
 DEFAULT_MAX_ARGUMENTS = 64 * 1024  # bytes of one call's arguments

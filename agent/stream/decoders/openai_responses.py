@@ -6,7 +6,11 @@ another's. The final Message lists the items' parts in output_index order:
 a message item gives one TextPart per content part, a reasoning item one
 ThinkingPart per summary_index (an item with no summary text gives one empty
 ThinkingPart, so its id survives), a function_call a ToolCall, an item of a
-type we do not know an OtherPart.
+type we do not know an OtherPart. A reasoning item's output_item.done, its
+whole JSON as it came (id, summary, encrypted_content when asked for), is
+kept byte-exact as the item's first ThinkingPart's `opaque`, to be sent back
+as it is (agent/providers/requests.py); not when a string of it was elided
+(an event over the stream buffer): a damaged item is not sent back.
 
 A function call's arguments stay a string end to end. The string of its
 output_item.done is authoritative: when it differs from the joined deltas it
@@ -60,10 +64,22 @@ def _object(raw: bytes | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _replayable(raw: bytes | None) -> str | None:
+    """A done reasoning item's JSON text, to be sent back byte-exact; None
+    when there is none or a string of it was elided (sse.h writes an elided
+    string as "\\u0000"; a provider's item never holds that escape)."""
+    if not raw or b"\\u0000" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 class _Item:
     """One output item: its builders, found by item id."""
     __slots__ = ("item_id", "index", "seq", "kind", "texts", "last_content",
-                 "refusals", "thinking", "call", "other")
+                 "refusals", "thinking", "call", "other", "opaque")
 
     def __init__(self, item_id: str | None, index: int, seq: int, kind: ItemKind) -> None:
         self.item_id = item_id
@@ -76,6 +92,7 @@ class _Item:
         self.thinking: dict[int | None, ThinkingBuilder] = {}
         self.call: CallBuilder | None = None
         self.other: OtherPart | None = None
+        self.opaque: str | None = None  # a reasoning item's done JSON, as it came
 
     def order(self) -> tuple:
         return (self.index if self.index >= 0 else _NO_INDEX, self.seq)
@@ -87,6 +104,8 @@ class _Item:
                     sorted(self.thinking, key=lambda k: (k is None, k or 0))]
         elif self.kind is _THINKING:
             out.append(ThinkingBuilder(self.item_id))  # no summary: keep the item
+        if self.opaque is not None and out:
+            out[0].opaque = self.opaque
         out += [self.texts[k] for k in sorted(self.texts)]
         if self.call is not None:
             out.append(self.call)
@@ -291,6 +310,9 @@ class OpenAIResponsesDecoder(ProviderDecoder):
         if kind is _OTHER:
             if item.other is not None:
                 item.other.raw = e.raw  # the finished item
+            return
+        if kind is _THINKING:
+            item.opaque = _replayable(e.raw)
             return
         if kind is not _TOOL_USE:
             return
