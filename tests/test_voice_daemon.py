@@ -128,6 +128,11 @@ def voice_status(daemon: Daemon) -> dict:
         return client.call("status")["voice"]
 
 
+def board_speaks(daemon: Daemon) -> bool:
+    with daemon.client() as client:
+        return any(device.get("speaking") for device in client.call("status")["devices"])
+
+
 def wait_for(daemon: Daemon, condition, what: str, seconds: float = 30):
     deadline = time.monotonic() + timeout(seconds)
     while True:
@@ -179,5 +184,105 @@ def test_wake_ask_spoken_answer_then_a_follow_up_without_the_wake_word(tmp_path,
             assert time.monotonic() < deadline, peers.spoken()
             time.sleep(0.05)
         assert peers.sink.stat().st_size > 0
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def until(condition, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + timeout(seconds)
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_other_phrases_and_noise_wake_nothing(tmp_path, mock, peers, speech):
+    asr = peers.asr()
+    noise = tmp_path / "noise.wav"
+    rng = __import__("numpy").random.default_rng(5)
+    write_wav(noise, rng.normal(0, 2000, 16000 * 2).astype("<i2").tobytes())
+    daemon = Daemon(tmp_path, mock.url, extra=voice_table(
+        asr, [speech["other"][0], noise, speech["question"][0]], peers.cues))
+    try:
+        daemon.start()
+        wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+        for index in range(3):
+            peers.cue(index)
+        until(lambda: peers.played(2), "the microphone played its phrases")
+        time.sleep(0.5)  # the last frames through the detector; nothing may follow them
+        status = voice_status(daemon)
+        assert status["wakes"] == 0 and status["asks"] == 0 and status["state"] == "idle"
+        assert peers.utterance(0) is None
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+@pytest.mark.parametrize("mode,failure", [(None, "asr_unreachable"), ("stall", "asr_stalled")])
+def test_an_asr_server_down_or_stalling_is_named_and_said(tmp_path, mock, peers, speech, mode,
+                                                         failure):
+    asr = peers.asr("--mode", mode) if mode else f"unix:{tmp_path / 'nobody.sock'}"
+    tts = peers.tts()
+    daemon = Daemon(tmp_path, mock.url, extra=voice_table(
+        asr, [speech["wake-question"][0], speech["wake-question"][0]], peers.cues,
+        answer_timeout=1.0, connect_timeout=1.0, speech_tail=0.0)
+        + speaker_table(tts, peers.sink))
+    try:
+        daemon.start()
+        wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+        peers.cue(0)
+        status = wait_for(daemon, lambda s: s["asr_errors"] == 1 and s["state"] == "idle",
+                          "the failure named and the door back to its wake word")
+        assert status["last_error"].startswith(failure) and status["asks"] == 0
+        until(lambda: "I could not hear that." in peers.spoken(), "the board says it")
+        # and, once it has said it (its own voice is not listened to), it hears the
+        # next wake word as before
+        until(lambda: not board_speaks(daemon) and peers.sink.exists(), "the board quiet")
+        peers.cue(1)
+        wait_for(daemon, lambda s: s["asr_errors"] == 2 and s["wakes"] == 2,
+                 "the next wake word heard")
+        assert f"speech-to-text failed: {failure}" in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_microphone_that_dies_is_reported_and_restarted(tmp_path, mock, peers, speech):
+    asr = peers.asr("--say", QUESTION)
+    daemon = Daemon(tmp_path, mock.url, extra=voice_table(
+        asr, [speech["wake-question"][0]], peers.cues, "--fail-first",
+        str(tmp_path / "broke-once"), follow_up="never"))
+    try:
+        daemon.start()
+        status = wait_for(daemon, lambda s: s["source"]["restarts"] >= 1,
+                          "the dead microphone reported")
+        assert "exited with status 3" in status["source"]["last_error"]
+        assert "the microphone broke" in status["source"]["last_error"]
+        wait_for(daemon, lambda s: s["source"]["state"] == "running" and s["state"] == "idle",
+                 "the microphone running again")
+        peers.cue(0)
+        status = wait_for(daemon, lambda s: s["asks"] == 1 and s["state"] == "idle",
+                          "heard through the restarted microphone")
+        assert speech["question"][1] in peers.utterance(0)
+        assert "voice: the microphone failed" in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+# the voice extra and the door's shell: nothing of it without [voice]
+VOICE_MODULES = ("pymicro_wakeword", "pymicro_vad", "pymicro_features", "numpy",
+                 "agent.voice.service", "agent.voice.wake", "agent.voice.asr",
+                 "agent.voice.source")
+
+
+def test_a_daemon_without_voice_imports_none_of_it(tmp_path, mock):
+    from test_startup import PROBE, _modules
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    listing = tmp_path / "modules.json"
+    daemon = Daemon(tmp_path, mock.url, env={"HOMEAGENT_TEST_MODULES": str(listing)})
+    daemon.start(argv_prefix=[sys.executable, str(probe)])
+    try:
+        idle = _modules(daemon, listing)
+        assert "agent.service.daemon" in idle
+        assert sorted(m for m in VOICE_MODULES if m in idle) == []
     finally:
         assert daemon.stop() == 0, daemon.log()

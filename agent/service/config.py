@@ -256,14 +256,12 @@ def _wyoming(table: Table) -> WyomingConfig:
 def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> VoiceConfig:
     """[voice]: off when the table is absent. Nothing of the voice extra is
     imported here: the wake word models are checked by name or file."""
-    from agent.session.store import check_session_id
-    from agent.voice.audio import Format
-    from agent.voice.config import SourceConfig, WakeWord
-    from agent.voice.endpoint import Limits
-    from agent.voice.wake import BUILTIN
-
     if not table.values:
         return VoiceConfig()
+    from agent.session.store import check_session_id
+    from agent.voice.audio import Format
+    from agent.voice.config import BUILTIN, SourceConfig, WakeWord
+    from agent.voice.endpoint import Limits
 
     def session_of(reader, key: str, default):
         value = reader.get(key, str, default)

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from agent.voice.audio import Format
 from agent.voice.endpoint import Limits
 
+# the wake words in pymicro-wakeword's wheel (agent/voice/wake.py)
+BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
+
 
 @dataclass(frozen=True)
 class WakeWord:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
+from agent.voice.config import BUILTIN
 
 
 class MissingExtra(RuntimeError):
