@@ -1,6 +1,6 @@
 """Who asked, and what every door may ask of the center.
 
-Every way in (the socket, a device's line, MQTT, Wyoming) builds the same
+Every way in (the socket, a device's line, MQTT, Wyoming, the microphone) builds the same
 commands: Ask, Announce, StopAsks. An Ask carries its Origin: frozen, made
 by the center (Center.origin) with a key the daemon assigns, never a
 client's id or a peer's address, so two asks never share one, whatever the
@@ -31,6 +31,7 @@ class Door(enum.Enum):
     DEVICE = "device"      # a line typed on a device (a serial board's PROMPT)
     WYOMING = "wyoming"    # a transcript from Home Assistant's conversation agent
     MQTT = "mqtt"          # the board's ask topic on the broker
+    VOICE = "voice"        # the board's microphone: a wake word, then speech-to-text
     ANNOUNCE = "announce"  # an announcement: spoken, never asked
 
 

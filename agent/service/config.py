@@ -20,6 +20,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import socket
 import tomllib
 from types import MappingProxyType
@@ -36,6 +37,7 @@ from agent.service.config_schema import Config, DaemonConfig, ProviderEntry, Ses
 from agent.settings.lines import syntax_error
 from agent.settings.reader import ConfigError, Source, Table, describe, is_toml
 from agent.wyoming import framing as wyoming
+from agent.voice.config import VoiceConfig
 from agent.wyoming.config import WyomingConfig
 
 DEFAULT_STATE_DIRECTORY = "/var/lib/homeagent"
@@ -59,7 +61,7 @@ MAX_DELTA_INTERVAL_MS = 1000
 MAX_ANNOUNCE_CHARS = 65536
 
 _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming",
-              "mqtt")
+              "mqtt", "voice")
 _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
               "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
               "max_asks", "deltas", "discovery", "discovery_prefix", "sessions")
@@ -68,6 +70,12 @@ TOPIC_LEVEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prefix: one topic level, n
 _WYOMING_KEYS = ("listen", "allow", "allow_loopback", "max_connections",
                  "max_connections_per_peer", "reserved_connections", "idle_timeout",
                  "event_timeout", "queue_bytes", "socket_mode", "socket_group", "languages")
+_VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "channels",
+               "restart_max_delay", "wake", "asr", "asr_name", "asr_language",
+               "connect_timeout", "answer_timeout", "session", "provider", "start_seconds",
+               "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
+               "follow_up_seconds", "error_text", "speech_tail")
+_WAKE_KEYS = ("model", "session", "provider")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "delta_interval_ms",
@@ -127,6 +135,8 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
                   wyoming=_wyoming(root.table("wyoming", _WYOMING_KEYS)),
                   mqtt=_mqtt(root.table("mqtt", _MQTT_KEYS), environ, os.path.dirname(path),
                              warnings),
+                  voice=_voice(root.table("voice", _VOICE_KEYS), os.path.dirname(path),
+                               providers),
                   warnings=tuple(warnings))
 
 
@@ -289,6 +299,120 @@ def _ipv4_unmapped(network):
     if mapped is None or network.prefixlen < 96:
         return network
     return ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+
+
+def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> VoiceConfig:
+    """[voice]: off when the table is absent. Nothing of the voice extra is
+    imported here: the wake word models are checked by name or file."""
+    if not table.values:
+        return VoiceConfig()
+    from agent.session.store import check_session_id
+    from agent.voice.audio import Format
+    from agent.voice.config import BUILTIN, SourceConfig, WakeWord
+    from agent.voice.endpoint import Limits
+
+    def session_of(reader, key: str, default):
+        value = reader.get(key, str, default)
+        if value is not None:
+            try:
+                check_session_id(value)
+            except ValueError as error:
+                raise reader.error(key, str(error)) from None
+        return value
+
+    def provider_of(reader, key: str):
+        value = reader.get(key, str, None)
+        if value is not None and value not in providers:
+            raise reader.error(key, f"no provider named {value!r} (providers: "
+                                    f"{', '.join(providers) or 'none'})")
+        return value
+
+    kind = table.choice("source", ("arecord", "program", "wyoming"), "arecord")
+    fmt = Format(table.integer("rate", 16000, 1000, 192000),
+                 table.choice("width", (1, 2, 4), 2), table.integer("channels", 1, 1, 32))
+    argv: tuple[str, ...] = ()
+    address = None
+    if kind == "program":
+        argv = _mic_program(table, table.get("program", list))
+    elif kind == "wyoming":
+        address = _address(table, "address", table.get("address", str))
+    elif shutil.which("arecord") is None:
+        raise table.error("source", "arecord is not installed (alsa-utils); or set source "
+                                    "to \"program\" or \"wyoming\"")
+    source = SourceConfig(kind=kind, alsa_device=table.get("alsa_device", str, "default"),
+                          argv=argv, address=address, format=fmt,
+                          restart_max_delay=table.number("restart_max_delay", 30.0, 0.5, 3600))
+    wake_list = table.get("wake", list)
+    if not wake_list:
+        raise table.error("wake", "at least one wake word: a model name ("
+                                  f"{', '.join(BUILTIN)}) or a table {{ model = ..., "
+                                  "session = ..., provider = ... }}")
+    wake = []
+    for index, item in enumerate(wake_list):
+        if isinstance(item, str):
+            item = {"model": item}
+        if not isinstance(item, dict):
+            raise table.error("wake", f"item {index + 1}: a model name or a table")
+        reader = Table(table.source, (*table.key, "wake"), item, _WAKE_KEYS)
+        model = reader.get("model", str)
+        if model not in BUILTIN:
+            if not model.endswith(".json"):
+                raise reader.error("model", f"{model!r}: one of {', '.join(BUILTIN)} or the "
+                                            "path of a microWakeWord model's .json file")
+            model = os.path.join(config_dir, model)
+            if not os.path.isfile(model):
+                raise reader.error("model", f"{model}: no such file")
+        wake.append(WakeWord(model, session_of(reader, "session", None),
+                             provider_of(reader, "provider")))
+    limits = Limits(start_seconds=table.number("start_seconds", 5.0, 0.5, 60),
+                    silence_seconds=table.number("silence_seconds", 0.8, 0.1, 10),
+                    max_seconds=table.number("max_seconds", 15.0, 1, 120),
+                    min_seconds=table.number("min_seconds", 0.3, 0, 10),
+                    threshold=table.number("threshold", 0.5, 0.01, 0.99))
+    error_text = table.get("error_text", str, "I could not hear that.")
+    return VoiceConfig(
+        enabled=True, source=source, wake=tuple(wake),
+        asr=_address(table, "asr", table.get("asr", str)),
+        asr_name=table.get("asr_name", str, "") or None,
+        asr_language=table.get("asr_language", str, "") or None,
+        connect_timeout=table.number("connect_timeout", 5.0, 0.1, 120),
+        answer_timeout=table.number("answer_timeout", 15.0, 0.1, 600),
+        session=session_of(table, "session", "voice"), provider=provider_of(table, "provider"),
+        limits=limits, follow_up=table.choice("follow_up", ("question", "always", "never"),
+                                              "question"),
+        follow_up_seconds=table.number("follow_up_seconds", 5.0, 0.5, 60),
+        error_text=error_text, speech_tail=table.number("speech_tail", 0.5, 0, 10))
+
+
+def _address(table: Table, key: str, value: str) -> tuple[str, str, int]:
+    try:
+        return wyoming.parse_address(value)
+    except ValueError as error:
+        raise table.error(key, str(error)) from None
+
+
+def _mic_program(table: Table, argv: list) -> tuple[str, ...]:
+    """A microphone program's argv: a name on PATH or an absolute path, never
+    a shell; {rate}, {width} and {channels} its only placeholders."""
+    if not argv or not all(isinstance(a, str) and a for a in argv):
+        raise table.error("program", "a non-empty array of strings: the program and its "
+                                     "arguments")
+    program = argv[0]
+    if "/" in program and not os.path.isabs(program):
+        raise table.error("program", f"program {program!r}: a name on PATH or an absolute "
+                                     "path")
+    path = shutil.which(program)
+    if path is None:
+        raise table.error("program", f"program {program!r} not found or not executable")
+    values = {"rate": 0, "width": 0, "channels": 0}
+    for index, arg in enumerate(argv[1:], 1):
+        try:
+            arg.format_map(values)
+        except (KeyError, ValueError, IndexError, AttributeError) as error:
+            raise table.error("program", f"argument {index} {arg!r}: the placeholders are "
+                                         f"{{rate}}, {{width}} and {{channels}} ({error})") \
+                from None
+    return (path, *argv[1:])
 
 
 def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,

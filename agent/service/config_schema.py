@@ -1,6 +1,7 @@
 """What a loaded config is: frozen dataclasses, one per table of the TOML file
 (agent/service/config.py reads and checks the file into these). The doors'
-own tables are beside their doors: agent/mqtt/config.py, agent/wyoming/config.py."""
+own tables are beside their doors: agent/mqtt/config.py, agent/wyoming/config.py,
+agent/voice/config.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from agent.devices.base import DeviceSpec
 from agent.mqtt.config import MqttConfig
 from agent.providers.health import Policy
 from agent.providers.requests import Provider
+from agent.voice.config import VoiceConfig
 from agent.wyoming.config import WyomingConfig
 
 
@@ -71,6 +73,7 @@ class Config:
         default_factory=lambda: MappingProxyType({}))
     wyoming: WyomingConfig = WyomingConfig()
     mqtt: MqttConfig = MqttConfig()
+    voice: VoiceConfig = VoiceConfig()
     # What the daemon can run with but should not: logged at start and on
     # reload, printed by `serve --check`. "FILE:LINE: KEY: what" like an error.
     warnings: tuple[str, ...] = ()

@@ -1,7 +1,7 @@
 """`homeagent serve`: the daemon, where the parts are wired. It builds the
 center (agent/core/center.py) with the runner, the toolbox with its tool
 providers (the devices that have tools, the Home Assistant tool), the
-device hub, and the doors (the socket API, Wyoming, MQTT), and adds the
+device hub, and the doors (the socket API, Wyoming, MQTT, the microphone), and adds the
 center's listeners in their stated order: the socket's subscribers, the
 device hub, the MQTT board. One trio nursery holds the doors (and through
 them every connection and ask), the devices, the signal handler, the
@@ -228,6 +228,18 @@ class _Daemon:
 
             self.mqtt = MqttService(self.center, config.mqtt, __version__, self.devices)
             self.center.boards = self.mqtt
+        # the board's ears, when [voice] is set (imported only then: the
+        # wake word and VAD models load here, a missing extra stops the start)
+        self.voice = None
+        if config.voice.enabled:
+            from agent.voice.service import VoiceService
+            from agent.voice.wake import MissingExtra
+
+            try:
+                self.voice = VoiceService(self.center, config.voice,
+                                          speaking=lambda: self.devices.speaking)
+            except MissingExtra as error:
+                raise StartupError(f"[voice]: {error}") from None
         # The listeners, in order: subscribers see a reply first; the devices
         # next, when there are any (at an answer's done they queue its last
         # sentences); the board last, so its state then reads speaking, not idle.
@@ -272,6 +284,8 @@ class _Daemon:
                 nursery.start_soon(self.wyoming.serve, wyoming_listeners)
             if self.mqtt is not None:
                 nursery.start_soon(self.mqtt.run)
+            if self.voice is not None:
+                await nursery.start(self.voice.run)
             log.info("homeagent %s listening on %s; providers: %s (default %s)",
                      __version__, self.bound.where, ", ".join(config.providers),
                      config.default_provider)
@@ -300,6 +314,7 @@ class _Daemon:
                 "tool_providers": [provider.status() for provider in self.tool_providers],
                 "wyoming": self.wyoming.status() if self.wyoming is not None else None,
                 "mqtt": self.mqtt.status() if self.mqtt is not None else None,
+                "voice": self.voice.status() if self.voice is not None else None,
                 "tools": [tool.name for tool in self.toolbox.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:

@@ -1,0 +1,60 @@
+"""[voice]: the board's ears (agent/voice/service.py); agent/service/config.py
+reads the table into this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.voice.audio import Format
+from agent.voice.endpoint import Limits
+
+# the wake words in pymicro-wakeword's wheel (agent/voice/wake.py)
+BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
+
+
+@dataclass(frozen=True)
+class WakeWord:
+    """One wake word: its model (a built-in name or a model's JSON path), and
+    the session and provider its asks go to (None: the [voice] table's)."""
+    model: str
+    session: str | None = None
+    provider: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.model.rsplit("/", 1)[-1].removesuffix(".json")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where the microphone's audio comes from: "arecord" (alsa_device),
+    "program" (argv: its stdout is raw PCM of `format`; `{rate}`, `{width}`,
+    `{channels}` in its arguments are the format's) or "wyoming" (address
+    of a Wyoming mic server: its audio-chunks carry their format)."""
+    kind: str = "arecord"
+    alsa_device: str = "default"
+    argv: tuple[str, ...] = ()
+    address: tuple[str, str, int] | None = None
+    format: Format = Format()
+    restart_max_delay: float = 30.0
+    buffer_seconds: float = 2.0   # audio held for the detector before drops
+
+
+@dataclass(frozen=True)
+class VoiceConfig:
+    enabled: bool = False
+    source: SourceConfig = SourceConfig()
+    wake: tuple[WakeWord, ...] = ()
+    asr: tuple[str, str, int] | None = None
+    asr_name: str | None = None
+    asr_language: str | None = None
+    connect_timeout: float = 5.0
+    answer_timeout: float = 15.0
+    session: str = "voice"
+    provider: str | None = None
+    limits: Limits = Limits()
+    follow_up: str = "question"   # "question", "always" or "never"
+    follow_up_seconds: float = 5.0
+    error_text: str = "I could not hear that."
+    speech_tail: float = 0.5      # seconds the detector stays deaf after the board spoke
+    max_speaking_seconds: float = 300.0

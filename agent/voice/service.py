@@ -1,0 +1,245 @@
+"""The voice door: the board hears. Its trio shell around the sans-IO
+pieces (audio.py, endpoint.py, asr.py) and the models (wake.py).
+
+One loop, one state at a time, in `status` as `voice`:
+- idle: the microphone's frames go to the wake word detector. While the
+  board speaks (the hub's `speaking`, given by the daemon) and for
+  `speech_tail` seconds after, the detector is fed nothing and reset
+  after: the board's own voice never wakes it.
+- listening: from the wake word on, every frame streams to the Wyoming ASR
+  server as it comes, while the VAD's endpointer (endpoint.py) decides
+  when the utterance ended. Nothing heard in time: back to idle. The
+  whole of it is bounded (start + longest utterance + the ASR's own
+  bounds), so a microphone that dies mid-sentence costs no hang.
+- thinking: the transcript is asked through the center as a VOICE door
+  ask, on the wake word's session (or [voice] session) and provider; the
+  answer is spoken by the speech devices, as every answer is.
+- speaking: until the speech devices are quiet (bounded by
+  max_speaking_seconds). An answer that ends with a question (or every
+  answer, with follow_up = "always") is followed by listening again,
+  without the wake word, for follow_up_seconds.
+An ASR failure (asr.AsrError: unreachable, stalled, error, closed,
+garbage) is logged and said briefly on the speech devices (error_text),
+or only logged when no speech device takes it.
+
+Frames the microphone gives while the board thinks or speaks are dropped
+as they come (not buffered: they hold the board's own speech); frames the
+loop cannot take fast enough while it listens are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import trio
+
+from agent.core import replies
+from agent.core.commands import Announce, Ask, Door, Refused
+from agent.voice.asr import AsrError, Failure, transcribe
+from agent.voice.audio import Frames
+from agent.voice.config import VoiceConfig, WakeWord
+from agent.voice.endpoint import FRAME_SECONDS, Endpointer, Verdict
+from agent.voice.source import Supervisor
+from agent.voice.wake import Detector, Vad
+
+log = logging.getLogger("homeagent.voice")
+
+SPEAKING_POLL = 0.05
+# past the endpointer's own limits: a microphone that stops giving frames
+LISTEN_GRACE = 2.0
+
+
+class VoiceService:
+    def __init__(self, center, config: VoiceConfig,
+                 speaking: Callable[[], bool] = lambda: False) -> None:
+        self.center = center
+        self.config = config
+        self.speaking = speaking
+        self.detector = Detector([wake.model for wake in config.wake])
+        self.vad = Vad()
+        capacity = max(16, int(config.source.buffer_seconds / FRAME_SECONDS))
+        self._send, self._receive = trio.open_memory_channel(capacity)
+        self._frames = Frames()
+        self._taking = True   # False while thinking and speaking: frames are dropped as they come
+        self.source = Supervisor(config.source, self._deliver)
+        self.state = "starting"
+        self.since = time.monotonic()
+        self.counts = {"wakes": 0, "follow_ups": 0, "asks": 0, "nothing_heard": 0,
+                       "asr_errors": 0, "dropped_frames": 0}
+        self.last_error: str | None = None
+        self.last_transcript: str | None = None
+
+    # ---- the microphone's side ----
+
+    def _deliver(self, pcm: bytes) -> None:
+        for frame in self._frames.feed(pcm):
+            if not self._taking:
+                continue
+            try:
+                self._send.send_nowait(frame)
+            except trio.WouldBlock:
+                self.counts["dropped_frames"] += 1
+
+    def _set(self, state: str) -> None:
+        if state != self.state:
+            log.debug("voice: %s", state)
+            self.state, self.since = state, time.monotonic()
+        self._taking = state in ("idle", "listening")
+        if not self._taking:
+            while True:  # what was buffered is stale now
+                try:
+                    self._receive.receive_nowait()
+                except trio.WouldBlock:
+                    break
+
+    # ---- the loop ----
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.source.run)
+            names = ", ".join(wake.name for wake in self.config.wake)
+            log.info("voice: listening for %s on the %s microphone", names,
+                     self.config.source.kind)
+            task_status.started()
+            wake = None
+            follow_up = False
+            while True:
+                if not follow_up:
+                    wake = await self.wait_for_wake()
+                follow_up = await self.hear(wake, follow_up)
+
+    async def wait_for_wake(self) -> WakeWord:
+        self._set("idle")
+        self.detector.reset()
+        deaf_until = None
+        async for frame in self._receive:
+            if self.speaking():
+                deaf_until = trio.current_time() + self.config.speech_tail
+                continue
+            if deaf_until is not None:
+                if trio.current_time() < deaf_until:
+                    continue
+                deaf_until = None
+                self.detector.reset()
+            heard = self.detector.feed(frame)
+            if heard is not None:
+                wake = self.config.wake[heard]
+                self.counts["wakes"] += 1
+                log.info("voice: heard %s", wake.name)
+                return wake
+        raise RuntimeError("the microphone's channel closed")  # never: the service holds it
+
+    async def hear(self, wake: WakeWord, follow_up: bool) -> bool:
+        """One utterance, from listening to the answer spoken; whether to
+        listen again without the wake word."""
+        config = self.config
+        self._set("listening")
+        if follow_up:
+            self.counts["follow_ups"] += 1
+        self.vad.reset()
+        endpointer = Endpointer(config.limits,
+                                config.follow_up_seconds if follow_up else None)
+        limits = config.limits
+        most = int((max(limits.start_seconds, config.follow_up_seconds) + limits.max_seconds)
+                   / FRAME_SECONDS) + 16
+        to_asr, from_door = trio.open_memory_channel(most)
+        outcome: dict = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._transcribe, from_door, outcome)
+            verdict = await self._listen(endpointer, to_asr)
+            if verdict is Verdict.NOTHING:
+                nursery.cancel_scope.cancel()
+            await to_asr.aclose()
+            self._set("thinking")
+        if verdict is Verdict.NOTHING:
+            self.counts["nothing_heard"] += 1
+            log.info("voice: nothing heard")
+            return False
+        error = outcome.get("error")
+        if error is not None:
+            await self._failed(error)
+            return False
+        text = outcome["text"].strip()
+        self.last_transcript = text
+        if not text:
+            self.counts["nothing_heard"] += 1
+            log.info("voice: the transcript is empty")
+            return False
+        answer = await self._ask(wake, text)
+        self._set("speaking")
+        with trio.move_on_after(config.max_speaking_seconds):
+            while self.speaking():
+                await trio.sleep(SPEAKING_POLL)
+        if answer is None or config.follow_up == "never":
+            return False
+        return config.follow_up == "always" or answer.rstrip().endswith("?")
+
+    async def _listen(self, endpointer: Endpointer, to_asr) -> Verdict:
+        limits = self.config.limits
+        verdict = Verdict.LISTENING
+        bound = max(limits.start_seconds, self.config.follow_up_seconds) + limits.max_seconds
+        with trio.move_on_after(bound + LISTEN_GRACE):
+            async for frame in self._receive:
+                verdict = endpointer.feed(self.vad.probability(frame))
+                try:
+                    to_asr.send_nowait(frame)
+                except trio.WouldBlock:
+                    self.counts["dropped_frames"] += 1
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return Verdict.ENDED  # the ASR side ended: its outcome says why
+                if verdict is not Verdict.LISTENING:
+                    return verdict
+        # the microphone gave too few frames: what was heard is the utterance
+        return Verdict.ENDED if endpointer.speaking else Verdict.NOTHING
+
+    async def _transcribe(self, audio, outcome: dict) -> None:
+        config = self.config
+        try:
+            outcome["text"] = await transcribe(
+                config.asr, audio, connect_timeout=config.connect_timeout,
+                answer_timeout=config.answer_timeout, name=config.asr_name,
+                language=config.asr_language)
+        except AsrError as error:
+            outcome["error"] = error
+        finally:
+            await audio.aclose()
+
+    async def _failed(self, error: AsrError) -> None:
+        self.counts["asr_errors"] += 1
+        self.last_error = str(error)
+        log.warning("voice: speech-to-text failed: %s", error)
+        try:
+            await self.center.announce(Announce(self.config.error_text))
+        except Refused as refused:
+            log.info("voice: %s not said: %s", error.failure.value, refused)
+
+    async def _ask(self, wake: WakeWord, text: str) -> str | None:
+        """The answer's text, None when the ask failed."""
+        config = self.config
+        session = wake.session or config.session
+        origin = self.center.origin(Door.VOICE, wake.name, session)
+        self.counts["asks"] += 1
+        said: list[str] = []
+        failed: list[str] = []
+
+        async def on_reply(reply: replies.Reply) -> None:
+            if isinstance(reply, replies.Delta):
+                said.append(reply.text)
+            elif isinstance(reply, replies.Error):
+                failed.append(f"{reply.code}: {reply.message}")
+
+        log.info("voice: asking %r on session %s", text, session)
+        await self.center.ask(Ask(origin, text, wake.provider or config.provider,
+                                  who=f"voice {wake.name}"), on_reply)
+        if failed:
+            self.last_error = failed[-1]
+            return None
+        return "".join(said)
+
+    def status(self) -> dict:
+        return {"state": self.state, "seconds_in_state": round(time.monotonic() - self.since, 3),
+                "wake_words": [wake.name for wake in self.config.wake],
+                "source": self.source.status(), **self.counts,
+                "last_transcript": self.last_transcript, "last_error": self.last_error}

@@ -1,0 +1,82 @@
+"""[voice]: read into agent/voice/config.py's dataclasses; each mistake
+named with its key and line. No audio, no models: the config imports none."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agent.service.config import ConfigError, parse
+from agent.voice.config import VoiceConfig
+
+LOCAL = """\
+[providers.local]
+protocol = "openai-chat"
+base_url = "http://127.0.0.1:11434/v1"
+model = "llama3.2"
+"""
+
+
+def voice(text: str):
+    return parse(LOCAL + "[voice]\n" + text, "/etc/homeagent/config.toml", {}).voice
+
+
+def test_no_table_is_no_voice():
+    assert parse(LOCAL, "/etc/homeagent/config.toml", {}).voice == VoiceConfig()
+    assert not VoiceConfig().enabled
+
+
+def test_a_full_table():
+    config = voice(f"""\
+source = "program"
+program = [{sys.executable!r}, "-c", "pass", "--rate", "{{rate}}", "--ch={{channels}}"]
+rate = 48000
+channels = 2
+asr = "tcp://127.0.0.1:10300"
+asr_language = "en"
+session = "kitchen"
+wake = ["okay_nabu", {{ model = "alexa", session = "alexa-talk", provider = "local" }}]
+silence_seconds = 1.2
+follow_up = "always"
+follow_up_seconds = 6
+""".replace("'", '"'))
+    assert config.enabled and config.source.kind == "program"
+    assert config.source.format.rate == 48000 and config.source.format.channels == 2
+    assert config.source.argv[1:] == ("-c", "pass", "--rate", "{rate}", "--ch={channels}")
+    assert config.asr == ("tcp", "127.0.0.1", 10300) and config.asr_language == "en"
+    assert [(w.name, w.session, w.provider) for w in config.wake] == [
+        ("okay_nabu", None, None), ("alexa", "alexa-talk", "local")]
+    assert config.session == "kitchen" and config.limits.silence_seconds == 1.2
+    assert config.follow_up == "always" and config.follow_up_seconds == 6
+
+
+@pytest.mark.parametrize("text,key,problem", [
+    ('asr = "tcp://h:1"\n', "voice.wake", "required key"),
+    ('asr = "tcp://h:1"\nwake = []\n', "voice.wake", "at least one wake word"),
+    ('asr = "tcp://h:1"\nwake = ["hey_siri"]\n', "voice.wake.model", "okay_nabu"),
+    ('asr = "tcp://h:1"\nwake = ["mine.json"]\n', "voice.wake.model", "no such file"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "alexa", provider = "cloud" }]\n',
+     "voice.wake.provider", "no provider named 'cloud'"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nsession = "../etc"\n', "voice.session",
+     "bad session id"),
+    ('wake = ["alexa"]\n', "voice.asr", "required key"),
+    ('asr = "http://h"\nwake = ["alexa"]\n', "voice.asr", "tcp://HOST:PORT"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nsource = "program"\nprogram = ["no-such-mic-x"]\n',
+     "voice.program", "not found"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nsource = "program"\nprogram = ["sh", "{device}"]\n',
+     "voice.program", "placeholders"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nsource = "wyoming"\n', "voice.address",
+     "required key"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nwidth = 3\n', "voice.width", "one of 1, 2, 4"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nfollow_up = "sometimes"\n', "voice.follow_up",
+     "question"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nmicrophone = "usb"\n', "voice.microphone",
+     "unknown key"),
+])
+def test_mistakes_are_named(text, key, problem):
+    with pytest.raises(ConfigError) as caught:
+        voice('source = "wyoming"\naddress = "tcp://mic:10600"\n' + text
+              if "source" not in text else text)
+    assert caught.value.key == key and problem in caught.value.problem, str(caught.value)
+    assert caught.value.line is not None
