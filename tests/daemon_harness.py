@@ -206,9 +206,19 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def rss_kib(self) -> int:
+    def rss_kib(self, field: str = "VmRSS") -> int:
         with open(f"/proc/{self.process.pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+    def peak_rss_mib(self, what: str) -> float:
+        """The daemon's peak resident memory so far (VmHWM), printed with
+        what it was under, for docs/robustness.md's figures."""
+        peak = self.rss_kib("VmHWM") / 1024
+        print(f"\npeak RSS of the daemon under {what}: {peak:.1f} MiB")
+        return peak
+
+
+MEMORY_HIGH_MIB = 128  # the shipped unit's MemoryHigh (agent/service/units/)
 
 
 class Raw:

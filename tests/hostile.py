@@ -1,10 +1,13 @@
 """A small HTTP/1.1 server on loopback, for what the mock model server does
 not do: bytes written by hand that no well-behaved server sends (an event
 without an end, a drip, odd chunked bodies, a redirect, an answer of 200
-MB). Used by test_hostile_held.py and test_model_output_size.py."""
+MB), and a hostile Home Assistant. Used by test_hostile_held.py,
+test_model_output_size.py and test_homeassistant_tool.py."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import socket
 import threading
@@ -22,6 +25,12 @@ ANSWER = "held"
 STREAM = chat_event(ANSWER) + b"data: [DONE]\n\n"
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"connection: close\r\n")
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """64 MiB of JSON whitespace, gzipped: about 64 KiB on the wire."""
+    return gzip.compress(b" " * (64 * 1024 * 1024), compresslevel=9)
 
 
 def odd_chunks(body: bytes) -> bytes:
@@ -43,6 +52,8 @@ class Hostile:
         self.requests: list[str] = []
         self.bodies: list[tuple[str, bytes]] = []  # (behaviour, request body)
         self.sent: dict[str, int] = {}
+        self.heads: list[str] = []  # each request's head, field names in lower case
+        self.mode = ""  # what /home-assistant/... answers (_home_assistant)
         self.closed = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -67,6 +78,9 @@ class Hostile:
                 head += data
             header, _, body = bytes(head).partition(b"\r\n\r\n")
             lines = header.decode("latin-1").split("\r\n")
+            self.heads.append("\r\n".join([lines[0]] + [
+                name.lower() + ":" + value for name, _, value in
+                (line.partition(":") for line in lines[1:])]))
             length = next((int(line.split(":", 1)[1]) for line in lines[1:]
                            if line.lower().startswith("content-length:")), 0)
             while len(body) < length:
@@ -123,6 +137,24 @@ class Hostile:
             conn.sendall(write)
             self._count("endless-text", 16 * 4096)
         conn.sendall(b"data: [DONE]\n\n")
+
+    def _home_assistant(self, conn: socket.socket) -> None:
+        """A Home Assistant state answer by `mode`, whatever the request
+        asked: "gzip-bomb" 64 KiB of gzip inflating to 64 MiB, "deep-json"
+        200 000 nested arrays, "token-state" a light whose friendly name is
+        the request's Authorization header."""
+        encoding = b""
+        if self.mode == "gzip-bomb":
+            body, encoding = gzip_bomb(), b"content-encoding: gzip\r\n"
+        elif self.mode == "deep-json":
+            body = b"[" * 200_000 + b"]" * 200_000
+        else:
+            authorization = next(line.partition(":")[2].strip() for line in
+                                 self.heads[-1].split("\r\n") if line.startswith("authorization:"))
+            body = json.dumps({"entity_id": "light.hall", "state": "on",
+                               "attributes": {"friendly_name": authorization}}).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + encoding
+                     + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
 
     def close(self) -> None:
         self.closed.set()

@@ -8,8 +8,10 @@ Waits poll the device's counters under fail_after, scaled by timeout().
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from contextlib import asynccontextmanager
 
 import pytest
@@ -364,3 +366,80 @@ def test_bad_settings_name_their_key(settings, key):
         make((ECHO, FAIL, SLOW), **settings)
     assert caught.value.key == key
 
+
+
+# ---- a program's output is read as it comes, and capped ----
+
+FLOOD = 300_000_000  # bytes of output: held whole, they made a 622 MB peak
+# stdout's first bytes, then a flood, stderr's last bytes, as `sh -c` writes them
+FLOODER = ["sh", "-c", f"printf head; head -c {FLOOD} /dev/zero; printf 'err:%s' tail >&2"]
+FLOOD_TOOL = ToolSpec("flood", "writes without end", {"type": "object", "properties": {}})
+
+
+@pytest.mark.trio
+async def test_output_is_kept_head_and_tail_while_it_is_read():
+    """What is kept is stdout's head and stderr's tail, read as they come."""
+    device = make(argv=["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; "
+                                    "printf %s {text}; head -c 100000 /dev/zero >&2; "
+                                    "printf end >&2"], max_output=8)
+    await feed(device, event("sentence", text="x"), runs=1)
+    assert device.last_run["stdout"] == "aaaaaaaa"
+    assert device.last_run["stderr"] == "\0\0\0\0\0end"
+    assert device.last_run["over_output_cap"] is False and device.failures == 0
+
+
+@pytest.mark.trio
+async def test_a_tool_program_writing_without_end_is_killed_at_the_cap():
+    device = make((FLOOD_TOOL,), argv=["true"], tool_argv={"flood": FLOODER},
+                  timeout=timeout(60))
+    with pytest.raises(ToolError, match=f"^flood: sh wrote more than {command.MAX_OUTPUT_BYTES} "
+                                        "bytes of output and was killed$"):
+        await device.call_tool("flood", {})
+
+
+@pytest.mark.trio
+async def test_a_speech_program_writing_without_end_is_killed_and_reported():
+    device = make(argv=FLOODER, timeout=timeout(60))
+    await feed(device, event("sentence", text="Hello."), runs=1)
+    assert device.failures == 1 and device.timeouts == 0
+    assert device.last_run["over_output_cap"] is True
+    assert device.last_run["stdout"] == "head" + "\0" * 4092
+    assert device.last_run["exit"] == -9  # SIGKILL, before its stderr's tail was written
+
+
+def test_a_daemon_whose_programs_flood_their_output_stays_under_memory_high(tmp_path, mock):
+    """A real `homeagent serve`: the model calls a tool whose program writes
+    300 MB, and the answer's speech program writes 300 MB too. Both are
+    killed at MAX_OUTPUT_BYTES; the daemon's peak RSS stays under the unit's
+    MemoryHigh."""
+    from daemon_harness import MEMORY_HIGH_MIB, Daemon, command_device
+
+    call = json.dumps({"name": "flood", "arguments": "{}"})
+    device = command_device("speaker", {"flood": FLOODER},
+                            [{"name": "flood", "description": "floods",
+                              "parameters": {"type": "object", "properties": {}}}],
+                            argv=FLOODER, per="answer", timeout=60)
+    daemon = Daemon(tmp_path, mock.url, providers={"mock": {"headers": {
+        "x-mock-tool-call": call}}}, extra=device).start()
+    try:
+        with daemon.client() as client:
+            replies = list(client.request("ask", prompt="flood", session="flood"))
+
+        def speaker() -> dict:
+            with daemon.client() as client:
+                [status] = client.call("status")["devices"]
+            return status
+
+        end = time.monotonic() + timeout(60)
+        while speaker()["runs"] < 1:  # the answer's speech program ran
+            assert time.monotonic() < end, speaker()
+            time.sleep(0.05)
+        assert daemon.peak_rss_mib("two programs writing 300 MB each") < MEMORY_HIGH_MIB
+        assert replies[-1]["type"] == "done", replies
+        [result] = [r for r in replies if r["type"] == "tool_result"]
+        assert result["is_error"] is True
+        assert result["content"] == (f"flood: sh wrote more than {command.MAX_OUTPUT_BYTES} "
+                                     "bytes of output and was killed")
+        assert speaker()["failures"] == 1 and speaker()["last_run"]["over_output_cap"]
+    finally:
+        assert daemon.stop() == 0, daemon.log()

@@ -701,3 +701,33 @@ async def test_a_device_that_speaks_gets_its_sentences_cleaned(tmp_path, cut):
 async def test_a_command_device_passes_the_text_as_it_is_by_default(tmp_path):
     assert await runs_of_a_speaker(tmp_path, ["It is **warm**. See https://example.com/a."],
                                    2) == ["It is **warm**.", "See https://example.com/a."]
+
+
+@pytest.mark.trio
+async def test_a_secret_a_tool_program_prints_is_masked_in_its_result():
+    """Every tool result passes the masker at the toolbox: a configured
+    secret a program prints (as a server reflecting a token would) never
+    reaches the model, in a result or in an error, even across the cut."""
+    from agent import masking
+
+    secret = "sk-secret-0123456789"
+    say = ToolSpec("say", "Prints", {"type": "object", "properties": {
+        "words": {"type": "string"}, "status": {"type": "integer"}}})
+    hub = DeviceHub({"echo": spec(CommandDevice, "echo", {
+        "argv": ["true"], "max_output": 2 * RESULT_LIMIT,
+        "tool_argv": {"say": ["sh", "-c", 'printf %s "$0"; printf %s "$0" >&2; exit "$1"',
+                              "{words}", "{status}"]}}, tools=(say,))})
+    tools = toolbox(hub)
+    masking.install(masking.Masker([secret]))
+    try:
+        async with supervised(hub):
+            await until(lambda: hub.status()[0]["state"] == "running")
+            said = await tools.call(call("say", {"words": f"key {secret}", "status": 0}))
+            assert said == ToolOutcome("key ***", False)
+            failed = await tools.call(call("say", {"words": f"key {secret}", "status": 3}))
+            assert failed.is_error and failed.content.endswith("exited with status 3: key ***")
+            cut = await tools.call(call("say", {"words": "x" * (RESULT_LIMIT - 5) + secret,
+                                                "status": 0}))
+            assert cut == ToolOutcome("x" * (RESULT_LIMIT - 5) + "***", False)
+    finally:
+        masking.install(masking.Masker())

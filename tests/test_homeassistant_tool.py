@@ -154,6 +154,16 @@ REFUSED = {
                             "entity_id": "light.bed_light",
                             "data": {"entity_id": "light.kitchen", "area_id": "house"}},
         "data may not name a target (area_id, entity_id)"),
+    "a target in another case": (
+        "ha_call_service", {"domain": "light", "service": "turn_on",
+                            "entity_id": "light.bed_light",
+                            "data": {"Entity_ID": "light.kitchen", "AREA_id": "house"}},
+        "data may not name a target (AREA_id, Entity_ID)"),
+    "a target object": (
+        "ha_call_service", {"domain": "light", "service": "turn_on",
+                            "entity_id": "light.bed_light",
+                            "data": {"Target": {"entity_id": "light.kitchen"}}},
+        "data may not name a target (Target)"),
     "data too big": ("ha_call_service", {"domain": "light", "service": "turn_on",
                                          "entity_id": "light.bed_light",
                                          "data": {"pad": "x" * 3000}}, "over 2048 bytes"),
@@ -371,3 +381,56 @@ def test_the_list_is_the_allowed_entities_of_the_real_house(home, agent):
     for line in result["content"].splitlines():
         entity_id, summary = line.split(": ", 1)
         assert summary.startswith(states[entity_id]["state"]), line
+
+
+# ---- a hostile Home Assistant: a gzip bomb, deep JSON, the token reflected ----
+
+def test_a_hostile_home_assistant_is_named_in_bounded_memory_and_its_token_masked(tmp_path,
+                                                                                   mock):
+    """A real daemon whose model reads a state three times from a hostile
+    server (tests/hostile.py) that ignores Accept-Encoding: identity:
+    - a gzip body of 64 KiB inflating to 64 MiB: inflated in bounded pieces
+      and refused past MAX_ANSWER_BYTES (it was inflated whole: +130 MB);
+    - 200 000 nested arrays: a ToolError saying so (a bare RecursionError);
+    - a state reflecting the Authorization header: the token is masked in
+      the tool result, in what goes back to the model, and in the history."""
+    from daemon_harness import MEMORY_HIGH_MIB
+    from hostile import Hostile
+
+    hostile = Hostile()
+    call = json.dumps({"name": "ha_get_state",
+                       "arguments": json.dumps({"entity_id": "light.hall"})})
+    device = "\n".join(["[devices.home]", 'type = "homeassistant"',
+                        f"url = {toml_value(hostile.url + '/home-assistant')}",
+                        f"token_file = {toml_value(token_file(tmp_path))}",
+                        'allow_entities = ["light.*"]'])
+    daemon = Daemon(tmp_path, mock.url, providers={"mock": {"headers": {
+        "x-mock-tool-call": call}}}, extra=device).start()
+
+    def result(mode: str, session: str) -> str:
+        hostile.mode = mode
+        with daemon.client() as client:
+            replies = list(client.request("ask", prompt="the hall?", session=session))
+        assert replies[-1]["type"] == "done", replies
+        [outcome] = [reply for reply in replies if reply["type"] == "tool_result"]
+        return outcome["content"]
+
+    try:
+        bomb = result("gzip-bomb", "bomb")
+        assert daemon.peak_rss_mib("a gzip body of 64 KiB inflating to 64 MiB") \
+            < MEMORY_HIGH_MIB
+        assert bomb == "Home Assistant: the answer is over 1048576 bytes"
+        assert "accept-encoding: identity" in hostile.heads[-1]
+        assert result("deep-json", "deep") == \
+            "Home Assistant: the answer is JSON nested too deep to read"
+        mock.clear()
+        reflected = result("token-state", "token")
+        assert reflected.startswith("light.hall: on (friendly_name=\"Bearer ***\")"), reflected
+        assert TOKEN not in json.dumps(mock.requests())
+        history = b"".join(path.read_bytes() for path in (tmp_path / "state").rglob("*")
+                           if path.is_file())
+        assert TOKEN.encode() not in history and b"Bearer ***" in history
+    finally:
+        hostile.close()
+        assert daemon.stop() == 0, daemon.log()
+    assert TOKEN not in daemon.log()

@@ -5,6 +5,7 @@ its named outcome. No pty, no trio: bytes and messages only."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -68,6 +69,9 @@ def daemon_says(text: str | bytes):
     ("c1 \x85 \x9f, not \xa0", "c1 \\x85 \\x9f, not \xa0"),
     ("\u2028 and \u2029", "\\u2028 and \\u2029"),
     ("\\x41", "\\\\x41"),       # a backslash before an escape's letters is escaped itself
+    ("abc\u202edcba", "abc\\u202edcba"),  # a right-to-left override, shown reversed
+    ("\u2066x\u2069 \u200b \ufeff \xad", "\\u2066x\\u2069 \\u200b \\ufeff \\xad"),
+    ("tag \U000e0041", "tag \\U000e0041"),
     (f"你好 {FAMILY}", f"你好 {FAMILY}"),
 ])
 def test_escape(text, wire):
@@ -81,7 +85,8 @@ def test_escape(text, wire):
     ("\\\\\\n", "\\\n"),
     ("\\t", "\\t"),
     ("\\x1b\\x1B\\x4", "\x1b\\x1B\\x4"),  # lower-case hex, two digits
-    ("\\u2028\\u2027", "\u2028\\u2027"),    # only the two separators
+    ("\\u2028\\u2027", "\u2028\\u2027"),    # only what escape() writes
+    ("\\u202e\\u0041\\u00ad\\U000e0001\\U00000041", "\u202e\\u0041\\u00ad\U000e0001\\U00000041"),
     ("a\\nb\\rc\\\\d", "a\nb\rc\\d"),
 ])
 def test_unescape_of_what_a_device_may_send(wire, text):
@@ -93,9 +98,22 @@ def test_unescape_of_what_a_device_may_send(wire, text):
                                          "2", "0", "8", "\n", "\r", "\x00", "\x1b", "\x85",
                                          "\u2028", "你", "👍"])))
 def test_escape_round_trip(text):
+    text = text.replace("b", "\u202e").replace("2", "\U000e0001")
     line = escape(text)
     assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", line)
+    assert not any(unicodedata.category(char) == "Cf" for char in line)
     assert unescape(line) == text
+
+
+def test_no_format_character_reaches_the_wire_raw():
+    """Every character of Unicode category Cf (bidi overrides and isolates,
+    zero-width characters, tags), as Python knows them, leaves escaped; the
+    zero-width joiner of emoji sequences (FAMILY) aside."""
+    formats = "".join(chr(code) for code in range(0x110000)
+                      if unicodedata.category(chr(code)) == "Cf")
+    line = format_line(Text(formats))
+    assert [char for char in line if unicodedata.category(char) == "Cf"] == ["\u200d"]
+    assert parse_daemon_line(Line(line.encode())) == Text(formats)
 
 
 # ---- every line kind, both ways ----

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import hostile_tts_server
 import wyoming_tts_server as server
 from agent.core import replies
 from agent.core.commands import Announce
@@ -467,3 +468,103 @@ async def test_a_server_that_does_not_accept_is_named_at_connect(tmp_path):
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+# ---- a hostile TTS server process: its claimed format sizes no buffer ----
+
+FLOOD = 400 * 1024 * 1024  # bytes of audio the server sends for one sentence
+
+
+def hostile_tts(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    sock = tmp_path / "hostile.sock"
+    process = subprocess.Popen([sys.executable, hostile_tts_server.__file__, str(sock), *args])
+    until_sync(sock.exists, 20)
+    return process, sock
+
+
+def until_it_stops_sending(sent: Path) -> int:
+    """Wait until the server's count of audio sent has not grown for a
+    second (the reader stopped taking it, or the connection ended)."""
+    last, since = -1, time.monotonic()
+    deadline = time.monotonic() + timeout(120)
+    while time.monotonic() - since < 1:
+        assert time.monotonic() < deadline, "the server never stopped sending"
+        now = int(sent.read_text() or 0) if sent.exists() else 0
+        if now != last:
+            last, since = now, time.monotonic()
+        time.sleep(0.05)
+    return last
+
+
+@pytest.mark.parametrize(("claimed", "refused"), [
+    (["--rate", str(10**12)], "rate 1000000000000, width 2, channels 1"),
+    (["--channels", "1000"], "rate 22050, width 2, channels 1000"),
+    (["--rate", "192000", "--width", "4", "--channels", "8"], None),  # plausible, 6 MB a second
+], ids=["rate-1e12", "channels-1000", "flood-at-the-largest-format"])
+def test_a_servers_claimed_format_never_sizes_the_buffer_past_memory_high(tmp_path, mock,
+                                                                          claimed, refused):
+    """A real daemon and a hostile server process sending 400 MB of audio
+    for a sentence, to a sink that never reads. A format no sink plays is
+    refused at audio-start (the device fails with AudioFormatError and
+    connects again); a plausible one is held to MAX_BUFFERED_BYTES. The
+    daemon's peak RSS stays under the unit's MemoryHigh."""
+    from daemon_harness import MEMORY_HIGH_MIB
+
+    sent = tmp_path / "sent"
+    tts, sock = hostile_tts(tmp_path, *claimed, "--bytes", str(FLOOD), "--sent", str(sent))
+    (tmp_path / "d").mkdir()
+    daemon = Daemon(tmp_path / "d", mock.url, providers={"mock": {"headers": {
+        "x-mock-answer": json.dumps("The hall light is on.")}}},
+        extra=f'[devices.voice]\ntype = "wyoming-tts"\naddress = "unix:{sock}"\n'
+              f'sink = "program"\nsink_program = ["sleep", "3600"]\nrestart_max_delay = 1\n')
+    try:
+        daemon.start()
+        until_sync(lambda: voice_status(daemon)["connected"])
+        with daemon.client() as client:
+            assert ask_text(client, "The hall?")[0] == "The hall light is on."
+        until_sync(lambda: sent.exists())
+        held = until_it_stops_sending(sent)
+        peak = daemon.peak_rss_mib(f"a TTS server claiming {' '.join(claimed)}, "
+                                   f"{held / 2**20:.0f} MiB taken of its audio")
+        assert peak < MEMORY_HIGH_MIB
+        status = voice_status(daemon)
+        if refused:
+            assert status["last_error"] == (
+                "AudioFormatError: the TTS server claimed an audio format no sink plays: "
+                f"{refused} (a sink plays 4000 to 192000 Hz, 1 to 8 channels)")
+            assert status["restarts"] >= 1 and status["audio_bytes"] == 0
+            until_sync(lambda: voice_status(daemon)["connected"])  # connected again
+        else:
+            assert status["restarts"] == 0 and status["connected"]
+    finally:
+        tts.kill()
+        tts.wait()
+        assert daemon.stop() == 0, daemon.log()
+
+
+@pytest.mark.trio
+async def test_a_server_that_never_sends_audio_stop_fails_and_the_board_stops_speaking(tmp_path):
+    """A hostile server process sends audio-start and a chunk for a
+    sentence, then nothing, its connection open: after audio_timeout the
+    device fails with AudioTimeout, is no longer speaking, and connects
+    again."""
+    tts, sock = hostile_tts(tmp_path, "--no-stop")
+    try:
+        hub = hub_for(f"unix:{sock}", tmp_path / "audio.pcm", audio_timeout=0.5)
+        seen = []
+        hub.watch_speech(lambda: seen.append(hub.speaking))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run, center_for(hub))
+            await until(lambda: hub.status()[0]["connected"], 10)
+            await hub.deliver(replies.Delta("The hall light is on. "), REQUEST)
+            await until(lambda: seen[:1] == [True], 10)
+            await until(failed_with(hub, "AudioTimeout: the TTS server sent nothing for 0.5 s "
+                                         "while a synthesis was awaited (audio_timeout)"), 20)
+            assert seen[-1] is False and not hub.speaking
+            assert (tmp_path / "audio.pcm").stat().st_size == hostile_tts_server.CHUNK
+            await until(lambda: hub.status()[0]["connected"], 20)  # connected again
+            assert not hub.speaking
+            nursery.cancel_scope.cancel()
+    finally:
+        tts.kill()
+        tts.wait()

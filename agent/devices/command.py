@@ -17,7 +17,11 @@ Settings (the device's own keys):
 - timeout: seconds a run may take (default 30); then the program's process
   group gets SIGTERM and, KILL_GRACE seconds later, SIGKILL.
 - max_output: bytes kept of stdout (its head) and stderr (its tail) for
-  reports and tool results (default 4096).
+  reports and tool results (default 4096). Both are read as the program
+  writes them and only those bytes are kept; a program that writes more than
+  MAX_OUTPUT_BYTES in all (stdout and stderr) is killed (its process group
+  gets SIGKILL): the run is reported as over the output cap, a tool call's
+  result is a ToolError saying so.
 - tool_argv: tool name -> argv, one for each of the device's tools; its
   placeholders are properties of the tool's parameters: a string goes in
   as it is, anything else as JSON (true, 3, 0.5). stdout, stripped, is the
@@ -59,6 +63,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -74,6 +79,8 @@ from agent.text.speech import SpeechOptions, clean, tool_call_phrase
 log = logging.getLogger("homeagent.devices")
 
 KILL_GRACE = 1.0  # seconds from SIGTERM to SIGKILL
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024  # stdout and stderr of one run; past it: SIGKILL
+_READ = 65536
 _PLACEHOLDERS = frozenset({"text", "session"})
 _KEYS = frozenset({"argv", "per", "stdin", "timeout", "max_output", "tool_argv",
                    "allow_dash"}) | SPEECH_KEYS
@@ -111,6 +118,74 @@ class _Run:
     seconds: float
     stdout: str       # head
     stderr: str       # tail
+    over_cap: bool = False  # killed for writing more than MAX_OUTPUT_BYTES
+
+
+class _Output:
+    """What a run wrote, read as it comes: the head of stdout and the tail
+    of stderr, `keep` bytes of each, and the count of every byte."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.stdout, self.stderr = bytearray(), bytearray()
+        self.total = 0
+
+    def add(self, data: bytes, stdout: bool) -> bool:
+        """Keep what is kept of data; False once the run is over the cap."""
+        self.total += len(data)
+        if stdout:
+            self.stdout += data[:self.keep - len(self.stdout)]
+        elif self.keep:
+            self.stderr = (self.stderr + data)[-self.keep:]
+        return self.total <= MAX_OUTPUT_BYTES
+
+
+async def _drain(pipe: trio.abc.ReceiveStream, output: _Output, stdout: bool,
+                 process: trio.Process) -> None:
+    async with pipe:
+        while data := await pipe.receive_some(_READ):
+            if not output.add(data, stdout):
+                _kill_group(process, signal.SIGKILL)
+                return
+
+
+async def _feed(pipe: trio.abc.SendStream, data: bytes) -> None:
+    async with pipe:
+        try:
+            await pipe.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the program did not read its stdin: not an error of the run
+
+
+def _kill_group(process: trio.Process, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:  # gone already
+        pass
+
+
+async def _run_program(argv: list[str], stdin: bytes, output: _Output) -> int:
+    """argv run to its exit, its output read into `output` as it comes; on a
+    cancellation (the timeout, a stop) its process group is terminated
+    (_terminate) and waited for."""
+    process = await trio.lowlevel.open_process(
+        argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        async with trio.open_nursery() as nursery:
+            if stdin:
+                nursery.start_soon(_feed, process.stdin, stdin)
+            nursery.start_soon(_drain, process.stdout, output, True, process)
+            nursery.start_soon(_drain, process.stderr, output, False, process)
+            await process.wait()
+        return process.returncode
+    finally:
+        if process.returncode is None:
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_terminate, process)
+                    await process.wait()
+                    nursery.cancel_scope.cancel()
 
 
 def _exited(code: int) -> str:
@@ -118,14 +193,11 @@ def _exited(code: int) -> str:
 
 
 async def _terminate(process: trio.Process) -> None:
-    """run_process's deliver_cancel. The program leads a process group of its
-    own, so a shell's children get the signals too."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        await trio.sleep(KILL_GRACE)  # cancelled by run_process as soon as it exits
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:  # gone already
-        pass
+    """A cancelled run's end. The program leads a process group of its own,
+    so a shell's children get the signals too."""
+    _kill_group(process, signal.SIGTERM)
+    await trio.sleep(KILL_GRACE)  # cancelled as soon as it exits
+    _kill_group(process, signal.SIGKILL)
 
 
 class CommandDevice(Device):
@@ -217,7 +289,7 @@ class CommandDevice(Device):
         key, scope = self._speaking
         if keys is not None and key not in keys:
             return False
-        scope.cancel()  # run_process's deliver_cancel signals the program's group
+        scope.cancel()  # _run_program signals the program's group
         self.stops += 1
         return True
 
@@ -239,31 +311,34 @@ class CommandDevice(Device):
             self.runs += 1  # counted once done, with its outcome
         if run.exit is None:
             self.timeouts += 1
-        elif run.exit != 0:
+        elif run.exit != 0 or run.over_cap:
             self.failures += 1
         self.last_run = {"exit": run.exit, "timed_out": run.exit is None,
+                         "over_output_cap": run.over_cap,
                          "seconds": round(run.seconds, 3), "stdout": run.stdout,
                          "stderr": run.stderr}
 
     async def _execute(self, program: str, argv: list[str], stdin: bytes) -> _Run:
-        """Run argv to completion or to the timeout, and log how it went."""
+        """Run argv to completion, to the timeout or to the output cap, and
+        log how it went."""
+        output = _Output(self.max_output)
         async with self._one_run:
             start = trio.current_time()
             with trio.move_on_after(self.timeout) as scope:
-                done = await trio.run_process(argv, stdin=stdin, capture_stdout=True,
-                                              capture_stderr=True, check=False,
-                                              start_new_session=True,
-                                              deliver_cancel=_terminate)
+                code = await _run_program(argv, stdin, output)
             seconds = trio.current_time() - start
         if scope.cancelled_caught:
             log.warning("device %s: %s killed after %.2f s (timeout %g s)", self.name,
                         program, seconds, self.timeout)
             return _Run(None, seconds, "", "")
-        run = _Run(done.returncode, seconds,
-                   done.stdout[:self.max_output].decode("utf-8", "replace"),
-                   done.stderr[max(0, len(done.stderr) - self.max_output):]
-                   .decode("utf-8", "replace"))
-        if run.exit == 0:
+        over_cap = output.total > MAX_OUTPUT_BYTES
+        run = _Run(code, seconds, output.stdout.decode("utf-8", "replace"),
+                   output.stderr.decode("utf-8", "replace"), over_cap)
+        if over_cap:
+            log.warning("device %s: %s killed after %.2f s: it wrote more than %d bytes of "
+                        "output (MAX_OUTPUT_BYTES)", self.name, program, seconds,
+                        MAX_OUTPUT_BYTES)
+        elif run.exit == 0:
             log.info("device %s: %s exited with status 0 in %.2f s", self.name, program,
                      seconds)
         else:
@@ -284,6 +359,9 @@ class CommandDevice(Device):
         if run.exit is None:
             raise ToolError(f"{name}: {template.program} took longer than {self.timeout:g} s "
                             "and was killed")
+        if run.over_cap:
+            raise ToolError(f"{name}: {template.program} wrote more than {MAX_OUTPUT_BYTES} "
+                            "bytes of output and was killed")
         if run.exit != 0:
             raise ToolError(f"{name}: {template.program} {_exited(run.exit)}: "
                             f"{run.stderr.strip() or 'no error output'}")

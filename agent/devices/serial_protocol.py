@@ -24,10 +24,18 @@ _UNESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
 _SHORT = {char: "\\" + name for name, char in _UNESCAPES.items()}
 # What a board's terminal, display or parser may act on instead of showing:
 # the C0 controls (NUL ends a C string, ESC starts a terminal sequence), DEL,
-# the C1 controls (U+0085 is a line break to some parsers) and the Unicode
-# line and paragraph separators. \n and \r have short forms.
-_CONTROLS = re.compile("[\\\\\n\r\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_ESCAPED = re.compile(r"\\(?:([\\nr])|x([0-9a-f]{2})|u(202[89]))")
+# the C1 controls (U+0085 is a line break to some parsers), the Unicode
+# line and paragraph separators, and the format characters (category Cf:
+# the bidi overrides and isolates such as U+202E that reorder what a
+# display shows, zero-width characters, the tags that can hide text), but
+# the zero-width joiner U+200D, which only joins emoji (👨\u200d👩) and
+# which a display shows as the one emoji. \n and \r have short forms.
+_FORMAT = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200c\u200e\u200f"
+           "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+           "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+           "\U000e0020-\U000e007f")  # Unicode 15.1's Cf, ZWJ aside
+_CONTROLS = re.compile(f"[\\\\\n\r\x00-\x1f\x7f-\x9f\u2028\u2029{_FORMAT}]")
+_ESCAPED = re.compile(r"\\(?:([\\nr])|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
 
 
 def _escape_one(match: re.Match) -> str:
@@ -35,7 +43,8 @@ def _escape_one(match: re.Match) -> str:
     if char in _SHORT:
         return _SHORT[char]
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+            else f"\\U{code:08x}")
 
 
 def escape(text: str) -> str:
@@ -45,10 +54,14 @@ def escape(text: str) -> str:
 
 
 def _unescape_one(match: re.Match) -> str:
-    short, byte, separator = match.groups()
+    short, byte, code = match[1], match[2], match[3] or match[4]
     if short is not None:
         return _UNESCAPES[short]
-    return chr(int(byte or separator, 16))
+    if byte is not None:
+        return chr(int(byte, 16))
+    # \u and \U stand only for what escape() writes them for: any other is text
+    control = _CONTROLS.fullmatch(chr(int(code, 16)))
+    return control[0] if control and _escape_one(control) == match[0] else match[0]
 
 
 def unescape(text: str) -> str:

@@ -10,8 +10,15 @@ flushes audio at each sentence it sees. Any other server gets one
 complete: the server works on sentence n+1 while n plays.
 
 One task reads the server's events and hands their audio to the sink
-through a buffer bounded by `max_buffered_seconds` of audio: when it is
-full, reading stops and TCP holds the server back. Reasoning is never
+through a buffer bounded by `max_buffered_seconds` of audio and by
+MAX_BUFFERED_BYTES: when it is full, reading stops and TCP holds the server
+back. The server's audio format is what sizes a second of audio, so a format
+no sink plays (a rate outside MIN_RATE..MAX_RATE, more than MAX_CHANNELS
+channels, a width other than 1 to 4 bytes) is an AudioFormatError: the
+device fails and restarts as for any other server fault. A server that owes
+audio (a `synthesize` sent, or a streamed answer's `synthesize-stop`) and
+sends no event for `audio_timeout` seconds is an AudioTimeout, the same way:
+the device fails, stops speaking, and connects again after its backoff. Reasoning is never
 spoken (the device does not take `reasoning` events). The text is cleaned
 for speech (agent/text/speech.py): the hub cleans the sentences it
 cuts for the device, and the deltas to a streaming server are cleaned here,
@@ -42,6 +49,7 @@ Settings (the device's own keys):
 - sink_address: "tcp://HOST:PORT" or "unix:PATH", the "wyoming" sink's server.
 - connect_timeout: seconds to connect and have the server's info (10).
 - max_buffered_seconds: audio held ahead of the sink (30).
+- audio_timeout: seconds a server that owes audio may send nothing (30).
 - speech: true (default) cleans the text for a voice; false sends it as the
   model wrote it. With it: code_placeholder (said for a code block, nothing
   by default), emoji ("drop", default, or "name") and speak_tool_calls (the
@@ -84,10 +92,13 @@ log = logging.getLogger("homeagent.devices")
 
 _KEYS = frozenset({"address", "voice", "speaker", "language", "streaming", "sink",
                    "alsa_device", "path", "sink_program", "sink_address", "connect_timeout",
-                   "max_buffered_seconds"}) | SPEECH_KEYS
+                   "max_buffered_seconds", "audio_timeout"}) | SPEECH_KEYS
 _SINKS = ("aplay", "file", "program", "wyoming")
 _FORMAT_NAMES = frozenset({"rate", "width", "channels"})  # the program sink's placeholders
 _READ = 65536
+MAX_BUFFERED_BYTES = 8 * 1024 * 1024  # audio held ahead of the sink, whatever its seconds
+# the formats a sink plays: what a TTS server claims beyond them is refused
+MIN_RATE, MAX_RATE, MAX_CHANNELS = 4000, 192000, 8
 PLAYED_GRACE = 2.0  # seconds a Wyoming speaker may take past an utterance's length to play it
 # sample width in bytes -> aplay's format name (Wyoming audio is little-endian PCM)
 _APLAY_FORMATS = {1: "U8", 2: "S16_LE", 3: "S24_3LE", 4: "S32_LE"}
@@ -95,6 +106,14 @@ _APLAY_FORMATS = {1: "U8", 2: "S16_LE", 3: "S24_3LE", 4: "S32_LE"}
 
 class TTSServerError(ConnectionError):
     """The server broke the protocol or the connection: the device restarts."""
+
+
+class AudioFormatError(TTSServerError):
+    """The server claimed an audio format no sink plays."""
+
+
+class AudioTimeout(TTSServerError):
+    """The server owed audio and sent nothing for audio_timeout seconds."""
 
 
 class SinkError(ConnectionError):
@@ -113,7 +132,13 @@ class AudioFormat:
         values = [data.get(name) for name in ("rate", "width", "channels")]
         if not all(is_type(v, int) and v > 0 for v in values) or values[1] not in _APLAY_FORMATS:
             raise TTSServerError(f"audio format not understood: {dict(data)}")
-        return cls(*values)
+        rate, width, channels = values
+        if not (MIN_RATE <= rate <= MAX_RATE and channels <= MAX_CHANNELS):
+            raise AudioFormatError(
+                f"the TTS server claimed an audio format no sink plays: rate {rate}, width "
+                f"{width}, channels {channels} (a sink plays {MIN_RATE} to {MAX_RATE} Hz, 1 to "
+                f"{MAX_CHANNELS} channels)")
+        return cls(rate, width, channels)
 
     @property
     def bytes_per_second(self) -> int:
@@ -139,29 +164,35 @@ class _StreamedAnswer:
 
 class _Audio:
     """The bounded buffer between the server reader and the sink player:
-    (format, pcm) chunks and None at each audio-stop."""
+    (format, pcm) chunks and None at each audio-stop; it holds at most
+    max_seconds of audio and MAX_BUFFERED_BYTES (one chunk more when it is
+    empty: a chunk is bounded by the framing's payload limit)."""
 
     def __init__(self, max_seconds: float) -> None:
         self.max_seconds = max_seconds
-        # bounded by the seconds of audio held, below, not by a count
+        # bounded by the seconds and bytes of audio held, below, not by a count
         self.send, self.receive = trio.open_memory_channel(math.inf)
         self._held = 0.0
+        self._held_bytes = 0
         self._room = trio.Condition()
 
     async def put(self, fmt: AudioFormat, pcm: bytes) -> None:
         seconds = len(pcm) / fmt.bytes_per_second
         async with self._room:
-            while self._held and self._held + seconds > self.max_seconds:
+            while self._held_bytes and (self._held + seconds > self.max_seconds or
+                                        self._held_bytes + len(pcm) > MAX_BUFFERED_BYTES):
                 await self._room.wait()
             self._held += seconds
+            self._held_bytes += len(pcm)
         await self.send.send((fmt, pcm, seconds))
 
     async def end(self) -> None:
         await self.send.send(None)
 
-    async def played(self, seconds: float) -> None:
+    async def played(self, seconds: float, size: int) -> None:
         async with self._room:
             self._held -= seconds
+            self._held_bytes -= size
             self._room.notify_all()
 
 
@@ -173,7 +204,7 @@ class WyomingSpeech(Device):
     def __init__(self, common: Common, address: tuple[str, str, int], *, voice: dict,
                  streaming: bool | None, sink: str, alsa_device: str, path: str | None,
                  connect_timeout: float, max_buffered_seconds: float,
-                 speech: SpeechOptions | None = SpeechOptions(),
+                 audio_timeout: float = 30.0, speech: SpeechOptions | None = SpeechOptions(),
                  sink_program: Argv | None = None,
                  sink_address: tuple[str, str, int] | None = None) -> None:
         super().__init__(common)
@@ -183,6 +214,7 @@ class WyomingSpeech(Device):
         self.sink, self.alsa_device, self.path = sink, alsa_device, path
         self.connect_timeout = connect_timeout
         self.max_buffered_seconds = max_buffered_seconds
+        self.audio_timeout = audio_timeout
         self.connected = False
         self.server_streams: bool | None = None  # from its info
         self.sentences = self.answers = 0       # synthesize requests sent, streamed answers
@@ -195,6 +227,8 @@ class WyomingSpeech(Device):
         self._connection = trio.CancelScope()
         self._carried: set[int] = set()  # Origin keys
         self._awaiting = 0
+        self._owed = 0  # of those, the requests whose text the server has whole
+        self._receiving = trio.CancelScope()  # the reader's wait for the server's next event
         self._streams = False
         self._player: _Sink | None = None
         self._audio: _Audio | None = None
@@ -242,7 +276,8 @@ class WyomingSpeech(Device):
             raise SettingError("alsa_device", "an ALSA device name such as \"default\" or "
                                               "\"plughw:CARD=Headphones\"")
         numbers = {}
-        for key, default in (("connect_timeout", 10.0), ("max_buffered_seconds", 30.0)):
+        for key, default in (("connect_timeout", 10.0), ("max_buffered_seconds", 30.0),
+                             ("audio_timeout", 30.0)):
             value = settings.get(key, default)
             if not is_type(value, (int, float)) or not value > 0:
                 raise SettingError(key, "must be a positive number of seconds")
@@ -264,7 +299,7 @@ class WyomingSpeech(Device):
             raise FileNotFoundError("aplay not found (Debian package alsa-utils)")
         while True:
             self._connection = trio.CancelScope()
-            self._carried, self._awaiting, self._stopped = set(), 0, False
+            self._carried, self._awaiting, self._owed, self._stopped = set(), 0, 0, False
             self.speech_changed()
             with self._connection:
                 await self._speak(_Noting(inbox, self._carried), task_status)
@@ -371,14 +406,28 @@ class WyomingSpeech(Device):
         if kind == ("synthesize-start" if self._streams else "synthesize"):
             self._awaiting += 1
             self.speech_changed()
+        if kind == ("synthesize-stop" if self._streams else "synthesize"):
+            self._owed += 1  # from now on the server has all it needs to answer
+            if self._owed == 1:
+                self._receiving.deadline = trio.current_time() + self.audio_timeout
         await stream.send_all(wyoming.encode(wyoming.Event(kind, data)))
 
     # ---- audio in and out ----
 
+    async def _next_events(self, stream, reader: wyoming.Reader) -> list[wyoming.Event]:
+        """The server's next events; AudioTimeout if it owes audio and sends
+        nothing for audio_timeout seconds (_send starts the clock when a
+        request becomes owed while this waits)."""
+        owed = trio.current_time() + self.audio_timeout if self._owed else math.inf
+        with trio.CancelScope(deadline=owed) as self._receiving:
+            return await self._receive(stream, reader)
+        raise AudioTimeout(f"the TTS server sent nothing for {self.audio_timeout:g} s while "
+                           "a synthesis was awaited (audio_timeout)")
+
     async def _read_audio(self, stream, reader: wyoming.Reader, audio: _Audio) -> None:
         fmt: AudioFormat | None = None
         while True:
-            for event in await self._receive(stream, reader):
+            for event in await self._next_events(stream, reader):
                 if event.type == "audio-start":
                     fmt = AudioFormat.of(event.data)
                 elif event.type == "audio-chunk" and event.payload:
@@ -390,6 +439,7 @@ class WyomingSpeech(Device):
                     await audio.end()
                 if event.type == ("synthesize-stopped" if self._streams else "audio-stop"):
                     self._awaiting = max(0, self._awaiting - 1)
+                    self._owed = max(0, self._owed - 1)
                     self.speech_changed()
                 elif event.type == "error":
                     log.warning("device %s: the TTS server reported: %s", self.name,
@@ -411,7 +461,7 @@ class WyomingSpeech(Device):
                 self.audio_bytes += len(pcm)
                 if self._stopped:
                     self.audio_after_stop += len(pcm)
-                await audio.played(seconds)
+                await audio.played(seconds, len(pcm))
         finally:
             with trio.CancelScope(shield=True):
                 await self._close_player()

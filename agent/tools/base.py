@@ -16,6 +16,10 @@ is given, holds the providers in the order the daemon added them:
   provider run one at a time, in the order asked (the timeout starts when
   the call's turn comes): many calls at once never make a device run many
   programs or commands at once.
+  Every outcome is masked (_run, the one place each result passes): the
+  configured secrets (agent/masking.py) and the provider's own (its
+  secrets(), if it has one) never reach the model or the history, even
+  when a server reflects them (Home Assistant's token in a state).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Mapping, Protocol
 
 import trio
 
+from agent import masking
 from agent.providers.requests import Tool
 from agent.stream.message import ToolCall
 
@@ -121,6 +126,16 @@ class Toolbox:
 
 
 async def _run(provider: ToolProvider, spec: ToolSpec, arguments) -> ToolOutcome:
+    outcome = await _outcome(provider, spec, arguments)
+    secrets = getattr(provider, "secrets", None)
+    content = masking.mask(outcome.content)
+    if secrets is not None:
+        content = masking.Masker(secrets()).mask(content)
+    # cut once masked: a secret across the cut is masked whole
+    return ToolOutcome(content[:RESULT_LIMIT], outcome.is_error)
+
+
+async def _outcome(provider: ToolProvider, spec: ToolSpec, arguments) -> ToolOutcome:
     why = provider.unavailable()  # checked when its turn comes
     if why is not None:
         return ToolOutcome(why, True)
@@ -130,9 +145,9 @@ async def _run(provider: ToolProvider, spec: ToolSpec, arguments) -> ToolOutcome
     except trio.TooSlowError:
         return ToolOutcome(f"{spec.name} did not finish within {spec.timeout:g} s", True)
     except ToolError as exc:
-        return ToolOutcome(str(exc)[:RESULT_LIMIT], True)
+        return ToolOutcome(str(exc), True)
     except Exception as exc:
         log.exception("%s: tool %s failed", provider.name, spec.name)
         return ToolOutcome(f"{spec.name} failed in the handler of {provider.name}: "
                            f"{type(exc).__name__}", True)
-    return ToolOutcome(str(content)[:RESULT_LIMIT], False)
+    return ToolOutcome(str(content), False)

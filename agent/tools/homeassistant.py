@@ -24,9 +24,15 @@ ha_call_service and ha_list_entities. The model's arguments are data:
 every entity id, domain and service is checked against its syntax and the
 allow-lists before a request is made, so it becomes a path segment only
 once it is known to be one plain word; the service data may not name a
-target (entity_id, area_id, ...): the call acts on the one entity checked.
+target (entity_id, area_id, ..., or `target` itself, in any case: Home
+Assistant reads `Entity_ID` too): the call acts on the one entity checked.
 A refusal, an HTTP error, a timeout or an unreachable server is a
 ToolError naming the reason; the provider itself never fails on a call.
+
+An answer is asked for in identity encoding; one that comes gzip- or
+deflate-encoded all the same is inflated in bounded pieces (the provider
+path's Inflater), and MAX_ANSWER_BYTES holds for the decoded answer. JSON
+nested deeper than Python's parser goes is a ToolError saying so.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import json
 import logging
 import os
 import re
+import zlib
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -44,6 +51,7 @@ import trio
 
 from agent.jsontypes import is_type
 from agent.masking import MIN_SECRET_CHARS
+from agent.providers.client import Inflater
 from agent.settings.errors import SettingError, refuse_unknown
 from agent.tools.base import ToolError, ToolSpec
 
@@ -61,7 +69,8 @@ MAX_ANSWER_BYTES = 1024 * 1024  # an answer read from Home Assistant (all its st
 MAX_LISTED = 100       # entities ha_list_entities names
 MAX_ATTRIBUTES = 8     # attributes of a state told to the model
 _FIRST_ATTRIBUTES = ("friendly_name", "unit_of_measurement", "device_class")  # then the rest
-_TARGET_KEYS = frozenset({"entity_id", "device_id", "area_id", "floor_id", "label_id"})
+_TARGET_KEYS = frozenset({"entity_id", "device_id", "area_id", "floor_id", "label_id",
+                          "target"})  # compared with the data's keys in lower case
 _ENTITY_SCHEMA = {"type": "string", "maxLength": 255, "pattern": rf"^{WORD}\.{WORD}$",
                   "description": "an entity id, such as light.kitchen"}
 _NAME_SCHEMA = {"type": "string", "maxLength": 64, "pattern": rf"^{WORD}$"}
@@ -200,7 +209,8 @@ class HomeAssistantTools:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Its HTTP client, open until cancelled: calls are taken meanwhile."""
         async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout,
-                                     headers={"authorization": f"Bearer {self._token}"},
+                                     headers={"authorization": f"Bearer {self._token}",
+                                              "accept-encoding": "identity"},
                                      follow_redirects=False) as client:
             self._client = client
             try:
@@ -253,7 +263,7 @@ class HomeAssistantTools:
         data = arguments.get("data", {})
         if not isinstance(data, dict):
             raise self._refuse("data must be an object")
-        targets = sorted(_TARGET_KEYS & set(data))
+        targets = sorted(key for key in data if key.lower() in _TARGET_KEYS)
         if targets:
             raise self._refuse(f"data may not name a target ({', '.join(targets)}): the "
                                "call acts on entity_id alone")
@@ -280,11 +290,7 @@ class HomeAssistantTools:
                     method, path, content=body,
                     headers={"content-type": "application/json"} if body is not None
                     else None) as response:
-                answer = bytearray()
-                async for chunk in response.aiter_bytes():
-                    answer += chunk
-                    if len(answer) > MAX_ANSWER_BYTES:
-                        raise self._failure(f"the answer is over {MAX_ANSWER_BYTES} bytes")
+                answer = await self._answer(response)
         except httpx.TimeoutException:
             raise self._failure(f"no answer within {self.timeout:g} s") from None
         except httpx.TransportError as error:
@@ -300,6 +306,26 @@ class HomeAssistantTools:
             return json.loads(answer)
         except ValueError:
             raise self._failure("the answer is not JSON") from None
+        except RecursionError:
+            raise self._failure("the answer is JSON nested too deep to read") from None
+
+    async def _answer(self, response: httpx.Response) -> bytearray:
+        """The body, decoded, of at most MAX_ANSWER_BYTES."""
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", "deflate"):
+            raise self._failure(f"the answer is in {encoding!r} encoding: only gzip and "
+                                "deflate are decoded")
+        inflater = None if encoding == "identity" else Inflater(encoding)
+        answer = bytearray()
+        try:
+            async for read in response.aiter_raw():
+                for piece in inflater.feed(read) if inflater else (read,):
+                    answer += piece
+                    if len(answer) > MAX_ANSWER_BYTES:
+                        raise self._failure(f"the answer is over {MAX_ANSWER_BYTES} bytes")
+        except zlib.error as error:
+            raise self._failure(f"the {encoding} answer does not decode: {error}") from None
+        return answer
 
     def _failure(self, why: str) -> ToolError:
         self.failed += 1
