@@ -160,7 +160,7 @@ async def test_block_waits_for_room(autojump_clock):
     assert (inbox.dropped, inbox.coalesced) == (0, 0)  # BLOCK never joins text
 
 
-async def full_blocking_inbox() -> tuple[Inbox, list[Event]]:
+async def full_blocking_inbox() -> tuple[Inbox, list[Delivery]]:
     """A BLOCK inbox of 2 (block_timeout 5 s), full: it and what it holds."""
     inbox = Inbox(2, Overflow.BLOCK, block_timeout=5)
     queued = [ev("sentence", "One."), ev("sentence", "Two.")]

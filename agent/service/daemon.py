@@ -37,8 +37,9 @@ from typing import Mapping
 import trio
 
 from agent import __version__, masking
-from agent.api.server import GOODBYE_TIMEOUT, Access, ApiServer, Limits
+from agent.api.server import GOODBYE_TIMEOUT, ApiServer, Limits
 from agent.api.wire import PROTOCOL_VERSION
+from agent.core.access import Access
 from agent.core.center import Center
 from agent.devices.hub import DeviceHub
 from agent.service import log as logsetup

@@ -37,7 +37,7 @@ import trio
 
 from agent.core import replies
 from agent.core.commands import Announce, Ask, Door, Refused
-from agent.voice.asr import AsrError, Failure, transcribe
+from agent.voice.asr import AsrError, transcribe
 from agent.voice.audio import Frames
 from agent.voice.config import VoiceConfig, WakeWord
 from agent.voice.endpoint import FRAME_SECONDS, Endpointer, Verdict
