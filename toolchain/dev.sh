@@ -160,7 +160,7 @@ demo)
     ;;
 test)
     setup_c
-    setup_python test,bench
+    setup_python test,bench,voice
     mkdir -p "$root/build"
     ha_start
     # the aarch64 wheel first: the VM's aarch64 run installs it, and from
