@@ -144,6 +144,12 @@ def wait_for(daemon: Daemon, condition, what: str, seconds: float = 30):
         time.sleep(0.05)
 
 
+def start_listening(daemon: Daemon) -> None:
+    """The daemon started, its voice door waiting for a wake word."""
+    daemon.start()
+    wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+
+
 def test_wake_ask_spoken_answer_then_a_follow_up_without_the_wake_word(tmp_path, mock, peers,
                                                                      speech):
     asr = peers.asr("--say", QUESTION, "--say", FOLLOW)
@@ -152,8 +158,7 @@ def test_wake_ask_spoken_answer_then_a_follow_up_without_the_wake_word(tmp_path,
                     extra=voice_table(asr, [speech["wake-question"][0], speech["follow"][0]],
                                       peers.cues) + speaker_table(tts, peers.sink))
     try:
-        daemon.start()
-        wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+        start_listening(daemon)
         peers.cue(0)
         # the answer (ENGLISH ends with a question) is spoken, then it listens again
         status = wait_for(daemon, lambda s: s["follow_ups"] == 1 and s["state"] == "listening",
@@ -203,8 +208,7 @@ def test_other_phrases_and_noise_wake_nothing(tmp_path, mock, peers, speech):
     daemon = Daemon(tmp_path, mock.url, extra=voice_table(
         asr, [speech["other"][0], noise, speech["question"][0]], peers.cues))
     try:
-        daemon.start()
-        wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+        start_listening(daemon)
         for index in range(3):
             peers.cue(index)
         until(lambda: peers.played(2), "the microphone played its phrases")
@@ -226,8 +230,7 @@ def test_an_asr_server_down_or_stalling_is_named_and_said(tmp_path, mock, peers,
         answer_timeout=1.0, connect_timeout=1.0, speech_tail=0.0)
         + speaker_table(tts, peers.sink))
     try:
-        daemon.start()
-        wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
+        start_listening(daemon)
         peers.cue(0)
         status = wait_for(daemon, lambda s: s["asr_errors"] == 1 and s["state"] == "idle",
                           "the failure named and the door back to its wake word")

@@ -101,7 +101,7 @@ def test_frames_are_10_ms_whatever_the_reads():
 # ---- the endpointer, on scripted probabilities (a frame is 10 ms) ----
 
 LIMITS = Limits(start_seconds=1.0, silence_seconds=0.5, max_seconds=3.0, min_seconds=0.2,
-                threshold=0.5, speech_frames=3)
+                threshold=0.5)
 
 
 def run(endpointer: Endpointer, probabilities) -> tuple[Verdict, int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from agent.mqtt import codec
 
@@ -40,6 +41,7 @@ PING = 0.5           # keepalives between PINGREQs
 
 @dataclass(frozen=True, slots=True)
 class Send:
+    """Bytes for the broker, to write in this order."""
     data: bytes
 
 
@@ -51,11 +53,13 @@ class Deliver:
 
 @dataclass(frozen=True, slots=True)
 class Connected:
+    """The broker took the CONNECT; session_present: it kept our session."""
     session_present: bool
 
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionRefused:
+    """The SUBACK refused a subscription (a return code 0x80): for the log."""
     return_codes: tuple[int, ...]
 
 
@@ -65,8 +69,8 @@ class Lost:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
+class Outgoing(NamedTuple):
+    """One of our QoS 1 messages in flight."""
     topic: str
     payload: bytes
     retain: bool

@@ -40,10 +40,18 @@ class Failure(enum.Enum):
 
 
 class AsrError(Exception):
-    def __init__(self, failure: Failure, detail: str) -> None:
-        super().__init__(f"{failure.value}: {detail}")
-        self.failure = failure
-        self.detail = detail
+    """AsrError(failure, detail): what went wrong, named, and the detail."""
+
+    @property
+    def failure(self) -> Failure:
+        return self.args[0]
+
+    @property
+    def detail(self) -> str:
+        return self.args[1]
+
+    def __str__(self) -> str:
+        return f"{self.failure.value}: {self.detail}"
 
 
 _AUDIO = {"rate": TARGET.rate, "width": TARGET.width, "channels": TARGET.channels}

@@ -4,7 +4,7 @@ count of frames, so a test scripts it exactly.
 
 After the wake word (or when a follow-up listens without it) the board
 waits up to `start_seconds` for speech to begin; speech is `threshold` or
-more in `speech_frames` frames in a row. It ends after `silence_seconds` of
+more in SPEECH_FRAMES frames in a row (30 ms: a click is not a start). It ends after `silence_seconds` of
 frames below the threshold, or at `max_seconds` from the first frame
 heard. Speech shorter than `min_seconds` (from its start to its last voiced
 frame) is no utterance: a cough, a click.
@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 
 FRAME_SECONDS = 0.01
+SPEECH_FRAMES = 3
 
 
 class Verdict(enum.Enum):
@@ -27,12 +28,12 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """[voice]'s keys of the same names."""
     start_seconds: float = 5.0
     silence_seconds: float = 0.8
     max_seconds: float = 15.0
     min_seconds: float = 0.3
     threshold: float = 0.5
-    speech_frames: int = 3
 
 
 def _frames(seconds: float) -> int:
@@ -63,7 +64,7 @@ class Endpointer:
         voiced = probability >= self.limits.threshold
         if self.began is None:
             self._run = self._run + 1 if voiced else 0
-            if self._run >= self.limits.speech_frames:
+            if self._run >= SPEECH_FRAMES:
                 self.began = self.frames - self._run
                 self._last_voiced = self.frames
             elif self.frames >= self._start:
