@@ -1,0 +1,56 @@
+"""Smoke test of bench/voice_bench.py: `--quick --json` end to end (two
+daemons with and without [voice], the two peer loops, the ASR server, the
+espeak-ng TTS servers, the voice daemon woken and answering once) checked
+for the output's shape; and the peer loop alone on a little audio. No
+figure is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import bench_module
+from voice_audio import needs_espeak, needs_voice
+
+pytestmark = [needs_voice, needs_espeak,
+              pytest.mark.skipif(importlib.util.find_spec("wyoming") is None,
+                                 reason="the wyoming package (a test dependency) runs the "
+                                        "TTS servers")]
+
+vb = bench_module.load("voice_bench.py")
+
+
+def test_the_peer_loop_takes_audio_to_its_end():
+    pcm = vb.noise(0.5) + vb.silence(0.3)
+    done = subprocess.run([sys.executable, vb.__file__, "--peer"], input=pcm,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert b"wakes 0" in done.stderr
+
+
+def test_quick_run_has_every_figure(capsys):
+    assert shutil.which("espeak-ng")
+    assert vb.main(["--quick", "--json"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert "daemon / peer" in err and "sequential / voice" in err  # the table
+    cost = result["listening"]
+    assert set(cost["cpu_ms_per_s"]) == set(vb.COST_NAMES)
+    for name in vb.COST_NAMES:
+        assert len(cost["samples"][name]) == result["config"]["rounds"]
+        assert cost["rss_mib"][name] > 0
+    for key in ("median", "min", "max"):
+        assert key in cost["daemon_over_peer"] and key in cost["daemon_over_peer_wake"]
+    assert isinstance(cost["cost_met"], bool) and isinstance(cost["rss_met"], bool)
+    latency = result["latency"]
+    (voice,) = latency["samples"]["voice"]
+    (sequential,) = latency["samples"]["sequential"]
+    assert voice["first_audio_ms"] > 0 and sequential["first_audio_ms"] > 0
+    assert voice["from_speech_end_ms"] > voice["first_audio_ms"] > voice["asr_ms"] > 0
+    assert sequential["answer_ms"] > sequential["first_sentence_ms"] > 0
+    assert latency["sequential_over_voice"]["median"] > 0 and latency["within_bound"] in (0, 1)
