@@ -1,13 +1,16 @@
 """A microphone for the voice tests: plays WAV files (16-bit) to stdout as
 raw PCM in real time, 20 ms at a time, with silence between and after.
 
-    python voice_mic.py [--cue DIR] [--fail-first MARKER] FILE.wav...
+    python voice_mic.py [--cue DIR] [--fail-first MARKER] [--echo FILE [--echo-gain G]]
+                        FILE.wav...
 
 --cue DIR: file i is played only once DIR/i exists (silence until then),
 and DIR/played-i is created once it has been written out: the test says
 when to speak and knows when it was said. --fail-first: when MARKER does
 not exist, create it, write a little silence and exit with status 3 (a
-microphone that dies once); the next run plays.
+microphone that dies once); the next run plays. --echo: FILE (16 kHz 16-bit
+mono, growing as voice_speaker.py plays into it) is mixed in as it grows,
+times G (1.0): the board's own voice coming back into its microphone.
 """
 
 from __future__ import annotations
@@ -21,11 +24,23 @@ import wave
 CHUNK_SECONDS = 0.02
 
 
+def mixed(chunk: bytes, echo: bytes, gain: float) -> bytes:
+    if not echo:
+        return chunk
+    import numpy as np
+
+    out = np.frombuffer(chunk, dtype="<i2").astype(np.float64)
+    out[:len(echo) // 2] += gain * np.frombuffer(echo, dtype="<i2")
+    return np.clip(np.round(out), -32768, 32767).astype("<i2").tobytes()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="*")
     parser.add_argument("--cue")
     parser.add_argument("--fail-first")
+    parser.add_argument("--echo")
+    parser.add_argument("--echo-gain", type=float, default=1.0)
     args = parser.parse_args()
     out = sys.stdout.buffer
     segments = []
@@ -44,6 +59,7 @@ def main() -> int:
     began = time.monotonic()
     written = 0
     index, at = 0, 0   # the segment playing and the offset in it
+    echoed = 0         # bytes of the echo file mixed in
     while True:
         chunk = bytes(step)
         if index < len(segments) and (args.cue is None
@@ -54,6 +70,12 @@ def main() -> int:
                 if args.cue is not None:
                     open(os.path.join(args.cue, f"played-{index}"), "w").close()
                 index, at = index + 1, 0
+        if args.echo and os.path.exists(args.echo):
+            with open(args.echo, "rb") as echo:
+                echo.seek(echoed)
+                heard = echo.read(len(chunk) - len(chunk) % 2)
+            echoed += len(heard)
+            chunk = mixed(chunk, heard, args.echo_gain)
         out.write(chunk)
         out.flush()
         written += len(chunk)

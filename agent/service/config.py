@@ -74,7 +74,8 @@ _VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "
                "restart_max_delay", "wake", "asr", "asr_name", "asr_language",
                "connect_timeout", "answer_timeout", "session", "provider", "start_seconds",
                "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
-               "follow_up_seconds", "error_text", "speech_tail")
+               "follow_up_seconds", "error_text", "speech_tail", "barge_in",
+               "barge_in_threshold")
 _WAKE_KEYS = ("model", "session", "provider")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
@@ -381,7 +382,9 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         limits=limits, follow_up=table.choice("follow_up", ("question", "always", "never"),
                                               "question"),
         follow_up_seconds=table.number("follow_up_seconds", 5.0, 0.5, 60),
-        error_text=error_text, speech_tail=table.number("speech_tail", 0.5, 0, 10))
+        error_text=error_text, speech_tail=table.number("speech_tail", 0.5, 0, 10),
+        barge_in=table.get("barge_in", bool, True),
+        barge_in_threshold=table.number("barge_in_threshold", 0.9, 0.01, 0.999))
 
 
 def _address(table: Table, key: str, value: str) -> tuple[str, str, int]:

@@ -56,5 +56,7 @@ class VoiceConfig:
     follow_up: str = "question"   # "question", "always" or "never"
     follow_up_seconds: float = 5.0
     error_text: str = "I could not hear that."
-    speech_tail: float = 0.5      # seconds the detector stays deaf after the board spoke
+    speech_tail: float = 0.5      # seconds after the board spoke that count as its speech
+    barge_in: bool = True         # the wake word heard over the board's speech stops it
+    barge_in_threshold: float = 0.9   # the wake word's probability needed over its speech
     max_speaking_seconds: float = 300.0

@@ -4,8 +4,10 @@ pieces (audio.py, endpoint.py, asr.py) and the models (wake.py).
 One loop, one state at a time, in `status` as `voice`:
 - idle: the microphone's frames go to the wake word detector. While the
   board speaks (the hub's `speaking`, given by the daemon) and for
-  `speech_tail` seconds after, the detector is fed nothing and reset
-  after: the board's own voice never wakes it.
+  `speech_tail` seconds after, the board's own voice is in them: with
+  barge_in, the detector hears on but a model must reach
+  barge_in_threshold (above its own cutoff); without, it is fed nothing
+  and reset after.
 - listening: from the wake word on, every frame streams to the Wyoming ASR
   server as it comes, while the VAD's endpointer (endpoint.py) decides
   when the utterance ended. Nothing heard in time: back to idle. The
@@ -18,13 +20,23 @@ One loop, one state at a time, in `status` as `voice`:
   max_speaking_seconds). An answer that ends with a question (or every
   answer, with follow_up = "always") is followed by listening again,
   without the wake word, for follow_up_seconds.
+Barge-in (barge_in = true): while thinking and speaking the detector
+hears on (the raised threshold while the board speaks), and in idle over
+any speech. A wake word then stops everything (Center.stop(StopAsks(who)),
+as a door's stop-all): a session's stop silences only the speech of asks
+still streaming, and an answer's stream mostly ends long before its speech
+does; and any speech left playing would be heard as the question. The
+door listens for the new question at once. The board's own speech never reaches the
+ASR: listening begins only once the stop has silenced it, and the wake
+word itself is never sent.
 An ASR failure (asr.AsrError: unreachable, stalled, error, closed,
 garbage) is logged and said briefly on the speech devices (error_text),
 or only logged when no speech device takes it.
 
-Frames the microphone gives while the board thinks or speaks are dropped
-as they come (not buffered: they hold the board's own speech); frames the
-loop cannot take fast enough while it listens are dropped and counted.
+Without barge-in, frames the microphone gives while the board thinks or
+speaks are dropped as they come (not buffered: they hold the board's own
+speech); a change of state drops what was buffered, but into listening;
+frames the loop cannot take fast enough are dropped and counted.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from typing import Callable
 import trio
 
 from agent.core import replies
-from agent.core.commands import Announce, Ask, Door, Refused
+from agent.core.commands import Announce, Ask, Door, Refused, StopAsks
 from agent.voice.asr import AsrError, transcribe
 from agent.voice.audio import Frames
 from agent.voice.config import VoiceConfig, WakeWord
@@ -62,12 +74,15 @@ class VoiceService:
         capacity = max(16, int(config.source.buffer_seconds / FRAME_SECONDS))
         self._send, self._receive = trio.open_memory_channel(capacity)
         self._frames = Frames()
-        self._taking = True   # False while thinking and speaking: frames are dropped as they come
+        # False while thinking and speaking without barge-in: frames are dropped as they come
+        self._taking = True
+        self._barged: WakeWord | None = None   # heard over the answer: ask what it says next
         self.source = Supervisor(config.source, self._deliver)
         self.state = "starting"
         self.since = time.monotonic()
         self.counts = {"wakes": 0, "follow_ups": 0, "asks": 0, "nothing_heard": 0,
-                       "asr_errors": 0, "dropped_frames": 0}
+                       "asr_errors": 0, "dropped_frames": 0, "barge_ins": 0,
+                       "frames_over_speech": 0}
         self.last_error: str | None = None
         self.last_transcript: str | None = None
 
@@ -86,8 +101,8 @@ class VoiceService:
         if state != self.state:
             log.debug("voice: %s", state)
             self.state, self.since = state, time.monotonic()
-        self._taking = state in ("idle", "listening")
-        if not self._taking:
+        self._taking = self.config.barge_in or state in ("idle", "listening")
+        if state != "listening":
             while True:  # what was buffered is stale now
                 try:
                     self._receive.receive_nowait()
@@ -106,30 +121,55 @@ class VoiceService:
             wake = None
             follow_up = False
             while True:
-                if not follow_up:
+                if self._barged is not None:
+                    wake, self._barged = self._barged, None
+                elif not follow_up:
                     wake = await self.wait_for_wake()
                 follow_up = await self.hear(wake, follow_up)
 
     async def wait_for_wake(self) -> WakeWord:
         self._set("idle")
+        wake, over_speech = await self._detect()
+        if over_speech:
+            await self._barge_in(wake)
+        return wake
+
+    async def _detect(self) -> tuple[WakeWord, bool]:
+        """The next wake word; whether it was heard over the board's speech."""
+        config = self.config
         self.detector.reset()
-        deaf_until = None
+        tail_until = None   # the board spoke: its speech until then
         async for frame in self._receive:
+            now = trio.current_time()
             if self.speaking():
-                deaf_until = trio.current_time() + self.config.speech_tail
-                continue
-            if deaf_until is not None:
-                if trio.current_time() < deaf_until:
+                tail_until = now + config.speech_tail
+            elif tail_until is not None and now >= tail_until:
+                tail_until = None
+                if not config.barge_in:
+                    self.detector.reset()   # it heard nothing of it
+            over_speech = tail_until is not None
+            if over_speech:
+                if not config.barge_in:
                     continue
-                deaf_until = None
-                self.detector.reset()
-            heard = self.detector.feed(frame)
+                self.counts["frames_over_speech"] += 1
+            heard = self.detector.feed(frame, config.barge_in_threshold if over_speech else None)
             if heard is not None:
-                wake = self.config.wake[heard]
+                wake = config.wake[heard]
                 self.counts["wakes"] += 1
-                log.info("voice: heard %s", wake.name)
-                return wake
+                log.info("voice: heard %s%s", wake.name,
+                         " over the board's speech" if over_speech else "")
+                return wake, over_speech
         raise RuntimeError("the microphone's channel closed")  # never: the service holds it
+
+    async def _barge_in(self, wake: WakeWord) -> None:
+        """Stop every ask and silence the speech devices (the module says why)."""
+        self.counts["barge_ins"] += 1
+        with trio.CancelScope(shield=True):   # bounded: the center's STOP_WAIT
+            stopped = await self.center.stop(StopAsks(f"voice {wake.name}"))
+        log.info("voice: barge-in by %s: %s", wake.name,
+                 "nothing to stop" if stopped is None else
+                 f"{len(stopped.asks)} asks stopped, {', '.join(stopped.devices) or 'no device'} "
+                 "silenced")
 
     async def hear(self, wake: WakeWord, follow_up: bool) -> bool:
         """One utterance, from listening to the answer spoken; whether to
@@ -167,14 +207,33 @@ class VoiceService:
             self.counts["nothing_heard"] += 1
             log.info("voice: the transcript is empty")
             return False
-        answer = await self._ask(wake, text)
-        self._set("speaking")
-        with trio.move_on_after(config.max_speaking_seconds):
-            while self.speaking():
-                await trio.sleep(SPEAKING_POLL)
-        if answer is None or config.follow_up == "never":
+        answer = await self._answer(wake, text)
+        if self._barged is not None or answer is None or config.follow_up == "never":
             return False
         return config.follow_up == "always" or answer.rstrip().endswith("?")
+
+    async def _answer(self, wake: WakeWord, text: str) -> str | None:
+        """Ask, and wait while the answer is spoken; with barge-in, a wake
+        word heard meanwhile stops both (self._barged says it was)."""
+        async with trio.open_nursery() as nursery:
+            if self.config.barge_in:
+                async def watch() -> None:
+                    barged, _ = await self._detect()
+                    self._barged = barged
+                    await self._barge_in(barged)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+            answer = await self._ask(wake, text)
+            self._set("speaking")
+            with trio.move_on_after(self.config.max_speaking_seconds):
+                while self.speaking():
+                    await trio.sleep(SPEAKING_POLL)
+            nursery.cancel_scope.cancel()
+        return None if self._barged is not None else answer
+
+    def _session(self, wake: WakeWord) -> str:
+        return wake.session or self.config.session
 
     async def _listen(self, endpointer: Endpointer, to_asr) -> Verdict:
         limits = self.config.limits
@@ -218,7 +277,7 @@ class VoiceService:
     async def _ask(self, wake: WakeWord, text: str) -> str | None:
         """The answer's text, None when the ask failed."""
         config = self.config
-        session = wake.session or config.session
+        session = self._session(wake)
         origin = self.center.origin(Door.VOICE, wake.name, session)
         self.counts["asks"] += 1
         said: list[str] = []

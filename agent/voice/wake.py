@@ -37,10 +37,15 @@ class Detector:
         self._mww = mww
         self._models = [mww.MicroWakeWord.from_builtin(mww.Model(model)) if model in BUILTIN
                         else mww.MicroWakeWord.from_config(model) for model in models]
+        self._cutoffs = [model.probability_cutoff for model in self._models]
         self._features = mww.MicroWakeWordFeatures()
 
-    def feed(self, pcm: bytes) -> int | None:
+    def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
+        """cutoff: a probability each model must reach, when above its own
+        (the board speaks: barge-in's raised threshold)."""
         heard = None
+        for model, own in zip(self._models, self._cutoffs):
+            model.probability_cutoff = own if cutoff is None else max(own, cutoff)
         for features in self._features.process_streaming(pcm):
             for index, model in enumerate(self._models):
                 if model.process_streaming(features) and heard is None:
