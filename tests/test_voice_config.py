@@ -73,7 +73,8 @@ follow_up_seconds = 6
      "question"),
     ('asr = "tcp://h:1"\nwake = ["alexa"]\nmicrophone = "usb"\n', "voice.microphone",
      "unknown key"),
-    ('asr = "tcp://h:1"\nwake = ["alexa"]\nbarge_in = "yes"\n', "voice.barge_in", ""),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nbarge_in = "yes"\n', "voice.barge_in",
+     "expected a boolean"),
     ('asr = "tcp://h:1"\nwake = ["alexa"]\nbarge_in_threshold = 1.5\n',
      "voice.barge_in_threshold", "between 0.01 and 0.999"),
 ])
