@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -218,7 +219,14 @@ class Daemon:
         return peak
 
 
-MEMORY_HIGH_MIB = 128  # the shipped unit's MemoryHigh (agent/service/units/)
+def _memory_high_mib() -> int:
+    """The shipped unit's MemoryHigh, from the installed package's unit file."""
+    from agent.service.install import shipped
+
+    return int(re.search(r"^MemoryHigh=(\d+)M$", shipped("homeagent.service"), re.M)[1])
+
+
+MEMORY_HIGH_MIB = _memory_high_mib()
 
 
 class Raw:

@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
-AGENT = Path(__file__).resolve().parent.parent / "agent"
+import agent
+
+# The package as imported: the checkout's, or the installed wheel's where the
+# suite runs without a checkout (toolchain/arm64.sh).
+AGENT = Path(agent.__file__).resolve().parent
 
 # Lowest first. A module may import its own package and any of a lower floor.
 FLOORS: list[set[str]] = [

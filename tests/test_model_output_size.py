@@ -12,29 +12,22 @@ So for a plain-text answer of 200 MB from a hostile server on loopback
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from agent.mock_llm import scripts, wire
 from agent.stream.decoders import AnthropicDecoder, OpenAIChatDecoder, OpenAIResponsesDecoder
-from agent.service.install import shipped
 from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 from agent.stream.decoders.events import ToolCallDone
 from agent.stream.message import ArgumentsError
 from conftest import EMULATED, timeout
-from daemon_harness import Daemon, ask_text, command_device
+from daemon_harness import MEMORY_HIGH_MIB, Daemon, ask_text, command_device
 from helpers import of_type
 from hostile import Hostile
 
 SIZE = 10 * 1000 * 1000
 SCHEMA = {"type": "object", "properties": {"channel": {"type": "integer"}}}
 PROTOCOLS = ["openai-chat", "anthropic", "openai-responses"]
-
-
-def memory_high_kib() -> int:
-    value = re.search(r"^MemoryHigh=(\d+)M$", shipped("homeagent.service"), re.M)
-    return int(value[1]) * 1024
 
 
 def peak_rss_kib(daemon: Daemon) -> int:
@@ -68,11 +61,11 @@ def test_a_10_mb_tool_argument_is_not_held_echoed_or_stored(big, mock, protocol)
                                       session=session))
     peak = peak_rss_kib(daemon)
     print(f"{protocol}: the daemon's peak RSS after a {SIZE}-byte argument: {peak} KiB "
-          f"(MemoryHigh {memory_high_kib()} KiB)")
+          f"(MemoryHigh {MEMORY_HIGH_MIB * 1024} KiB)")
     if not EMULATED:
         # Under qemu-user the process is qemu, whose own memory is in the RSS
         # (tests/test_daemon_load.py): the bound means something on the host only.
-        assert peak < memory_high_kib()
+        assert peak < MEMORY_HIGH_MIB * 1024
 
     [call] = of_type(replies, "tool_call")
     assert call["arguments"] == "" and call["error"] == "too_large"
@@ -111,9 +104,9 @@ def test_a_200_mb_text_answer_is_closed_at_max_answer_bytes_in_bounded_memory(tm
     limit = 1 << 20  # sessions.max_answer_bytes by default
     sent = hostile.sent["endless-text"]
     print(f"a 200 MB text answer: closed after {sent} bytes were sent; the daemon's peak "
-          f"RSS {peak} KiB (MemoryHigh {memory_high_kib()} KiB)")
+          f"RSS {peak} KiB (MemoryHigh {MEMORY_HIGH_MIB * 1024} KiB)")
     if not EMULATED:
-        assert peak < memory_high_kib()
+        assert peak < MEMORY_HIGH_MIB * 1024
     error = replies[-1]
     assert error["type"] == "error" and error["code"] == "answer_too_large", error
     # What the deltas carried, up to the limit; the server was stopped long

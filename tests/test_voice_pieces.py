@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason="numpy comes with the voice extra (pip install "
+                         ".[voice]), which this run has not")
 
 from agent.voice.audio import FRAME_BYTES, Converter, Format, Frames
 from agent.voice.endpoint import Endpointer, Limits, Verdict
