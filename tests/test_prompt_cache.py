@@ -203,6 +203,8 @@ def test_anthropic_breakpoints_go_where_the_config_says():
     assert body["messages"][-1]["content"] == [
         {"type": "text", "text": "one"},
         {"type": "text", "text": "two", "cache_control": {"type": "ephemeral"}}]
+    everywhere = Provider("a", "anthropic", "http://127.0.0.1:1/v1", "m")
+    assert json.loads(body_of(everywhere, Conversation("", turns)))["system"] == ""  # no empty block
     off = Provider("a", "anthropic", "http://127.0.0.1:1/v1", "m", cache="off")
     assert "cache_control" not in body_of(off, Conversation("system", turns)).decode()
 

@@ -445,8 +445,10 @@ def _anthropic(provider: Provider, conversation: Conversation, tools: list[Tool]
         if "tools" in places:
             body["tools"][-1]["cache_control"] = EPHEMERAL
     if conversation.system is not None:
-        body["system"] = conversation.system if "system" not in places else [
-            {"type": "text", "text": conversation.system, "cache_control": EPHEMERAL}]
+        # an empty text block would be refused: an empty prompt stays a string
+        body["system"] = conversation.system if "system" not in places \
+            or not conversation.system else [
+                {"type": "text", "text": conversation.system, "cache_control": EPHEMERAL}]
     # The last message is a user turn (a prompt or tool results); the one
     # two before it ended the previous request of the session.
     for place, at in (("previous", -3), ("last", -1)):
