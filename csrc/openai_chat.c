@@ -102,6 +102,8 @@ static const ev_usage_key chat_usage[] = {
     USAGE_KEY("prompt_tokens", HA_USAGE_INPUT),
     USAGE_KEY("completion_tokens", HA_USAGE_OUTPUT),
     USAGE_KEY("total_tokens", HA_USAGE_TOTAL),
+    /* DeepSeek's cache hits; its misses are prompt_tokens less these */
+    USAGE_KEY("prompt_cache_hit_tokens", HA_USAGE_CACHE_READ),
 };
 
 void ev_openai_chat_event(ev_ctx *c, ha_json_val root)

@@ -547,6 +547,17 @@ def test_usage_on_finish_chunk_deepseek():
     assert dec.message.usage == USAGE_EVENT
 
 
+def test_deepseek_cache_hits_are_the_cache_read():
+    """DeepSeek reports its cache as prompt_cache_hit_tokens and _miss_tokens
+    (prompt_tokens is their sum): the hits are the cache read."""
+    usage = {"prompt_tokens": 1200, "completion_tokens": 5, "total_tokens": 1205,
+             "prompt_cache_hit_tokens": 1024, "prompt_cache_miss_tokens": 176}
+    body = sse(chunk({"role": "assistant", "content": "ok"}),
+               chunk({"content": ""}, finish="stop", usage=usage))
+    dec, _, _ = differential(body, usage=False)  # the SDK knows no DeepSeek field
+    assert dec.message.usage == Usage(1200, 5, 1205, 1024, None, None)
+
+
 def test_usage_on_second_to_last_chunk_grok():
     """Known SDK deviation: handle_chunk sets snapshot.usage = chunk.usage on
     every chunk, so the last chunk (no usage) erases it. Ours keeps it."""

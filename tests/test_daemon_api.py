@@ -454,7 +454,7 @@ def test_api_keys_never_appear_in_replies_or_the_log(start_daemon, mock):
     for provider in status["providers"]:
         assert set(provider) - {"retry_in", "until"} == {
             "name", "protocol", "model", "base_url", "default", "key", "fallback", "state",
-            "last_error", "failures_in_a_row", "counts", "first_delta"}
+            "last_error", "failures_in_a_row", "counts", "first_delta", "cache", "tokens"}
     # The 429's message is the provider's last error, shown as every line: masked.
     limited = next(p for p in status["providers"] if p["name"] == "limited")
     assert limited["state"] == "cooling" and "rate limit" in limited["last_error"]

@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 
 from agent.providers.health import (LATENCY_WINDOW, Health, HealthBoard, Policy, State,
                                     fallback_cycle, failover_order, latency_summary)
+from agent.stream.records import Usage
 
 
 class Clock:
@@ -106,15 +107,20 @@ def test_an_ask_on_the_config_before_a_reload_does_not_touch_the_new_one(clock):
 
 def test_the_snapshot_says_until_when_it_cools_with_counts(clock):
     health = Health(Policy(30, 1800), clock)
-    health.succeeded(0.1)
+    health.succeeded(0.1, Usage(input_tokens=10, output_tokens=4, cache_read_tokens=800,
+                                cache_write_tokens=50))
+    health.succeeded(None, Usage(input_tokens=3, output_tokens=2, cache_read_tokens=850))
+    health.succeeded(None)  # an answer without usage adds nothing
     health.failed("HTTP 503: busy")
     health.failovers += 1
     health.skipped += 2
     assert health.snapshot(wall=1764590400.0) == {
         "state": "cooling", "retry_in": 30.0, "until": "2025-12-01T12:00:30+00:00",
         "last_error": "HTTP 503: busy", "failures_in_a_row": 1,
-        "counts": {"answered": 1, "failed": 1, "failovers": 1, "skipped": 2},
-        "first_delta": {"samples": 1, "p50": 0.1, "p99": 0.1}}
+        "counts": {"answered": 3, "failed": 1, "failovers": 1, "skipped": 2},
+        "first_delta": {"samples": 1, "p50": 0.1, "p99": 0.1},
+        "tokens": {"input_tokens": 13, "output_tokens": 6, "cache_read_tokens": 1650,
+                   "cache_write_tokens": 50}}
 
 
 def test_latency_is_kept_in_a_bounded_window(clock):

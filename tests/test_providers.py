@@ -78,10 +78,14 @@ EXPECTED_BODIES = {
         "tools": [{"type": "function", "function": {
             "name": "set_relay", "description": "Switch a relay channel.", "parameters": SCHEMA}}],
     },
+    # cache = "auto": breakpoints on the tools, the system prompt, the end of
+    # the previous request (the prompt) and the last message
     "anthropic": {
-        "model": "mock-1", "stream": True, "max_tokens": 4096, "system": SYSTEM,
+        "model": "mock-1", "stream": True, "max_tokens": 4096,
+        "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": SWITCH}]},
+            {"role": "user", "content": [{"type": "text", "text": SWITCH,
+                                          "cache_control": {"type": "ephemeral"}}]},
             {"role": "assistant", "content": [
                 {"type": "thinking", "thinking": "The user wants relay 1 on.",
                  "signature": SIGNATURE},
@@ -89,9 +93,10 @@ EXPECTED_BODIES = {
                 {"type": "tool_use", "id": "call_7", "name": "set_relay",
                  "input": {"on": True, "channel": 1}}]},
             {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "call_7", "content": TOOL_RESULT}]}],
+                {"type": "tool_result", "tool_use_id": "call_7", "content": TOOL_RESULT,
+                 "cache_control": {"type": "ephemeral"}}]}],
         "tools": [{"name": "set_relay", "description": "Switch a relay channel.",
-                   "input_schema": SCHEMA}],
+                   "input_schema": SCHEMA, "cache_control": {"type": "ephemeral"}}],
     },
     "openai-responses": {
         "model": "mock-1", "stream": True, "store": False,
@@ -203,7 +208,8 @@ def test_build_request_without_key_or_system():
 
 
 def test_anthropic_merges_results_and_drops_unsigned_thinking():
-    provider = Provider("a", "anthropic", "https://api.anthropic.com/v1", "claude", max_tokens=100)
+    provider = Provider("a", "anthropic", "https://api.anthropic.com/v1", "claude", max_tokens=100,
+                        cache="off")  # no breakpoints: the blocks alone
     message = Message(parts=[ThinkingPart("unsigned"), ToolCall("t1", "a", "{bad", complete=True),
                              ToolCall("t2", "b", "{}", parsed={}, complete=True)])
     conversation = Conversation(turns=[

@@ -30,7 +30,10 @@ SCHEMA = {"type": "object",
                          "on": {"type": "boolean"}},
           "required": ["channel", "on"], "additionalProperties": False}
 DESCRIPTION = "Switch relay CHANNEL (1-8) on or off"
-PROVIDERS = {"chat": {"protocol": "openai-chat"}, "anthropic": {"protocol": "anthropic"},
+# Anthropic without cache breakpoints: the blocks as the format has them
+# (the breakpoints are tests/test_prompt_cache.py's)
+PROVIDERS = {"chat": {"protocol": "openai-chat"},
+             "anthropic": {"protocol": "anthropic", "cache": "off"},
              "responses": {"protocol": "openai-responses"}}
 PATHS = {"chat": "/v1/chat/completions", "anthropic": "/v1/messages",
          "responses": "/v1/responses"}

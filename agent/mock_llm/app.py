@@ -7,6 +7,7 @@ bytes: it sends `Reply.parts` and then does what `Reply.ending` says.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from agent.mock_llm import scripts, wire
+from agent.mock_llm.cache import HEADER as CACHE_HEADER, PromptCache
 
 FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage",
                     "json-error", "not-streamed", "html", "empty", "gzip", "deflate",
@@ -55,6 +57,7 @@ class MockApp:
     faults: frozenset[str] = frozenset()
     retry_after: float = 1
     _failed_once: set = field(default_factory=set)
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
 
     def handle(self, connection: int, method: str, target: str,
                headers: list[tuple[str, str]], body: bytes) -> Reply:
@@ -143,6 +146,10 @@ class MockApp:
             except ValueError as exc:
                 return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
         turn = _turn(request, body, names, quirks, conversation.user_text)
+        if names.get(CACHE_HEADER, "").lower() == "on":
+            turn = dataclasses.replace(turn, cache=(
+                self.prompt_cache.anthropic(request) if fmt is wire.AnthropicMessages
+                else self.prompt_cache.automatic(path, body)))
         if streaming:
             parts = fmt.stream(answer, turn)
             headers_out = [("content-type", f"{fmt.stream_type}; charset=utf-8"),
@@ -262,8 +269,9 @@ def _record(connection: int, method: str, path: str, headers: list[tuple[str, st
         parsed = json.loads(body) if body else None
     except (UnicodeDecodeError, ValueError):
         parsed = body.decode("utf-8", "replace")
+    # raw: the body's own bytes, for tests of what the client sent byte by byte
     return {"connection": connection, "method": method, "path": path,
-            "headers": shown, "body": parsed}
+            "headers": shown, "body": parsed, "raw": body.decode("utf-8", "replace")}
 
 
 def _dumps(value) -> bytes:

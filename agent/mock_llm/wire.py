@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from agent.mock_llm import scripts
+from agent.mock_llm.cache import Figures
 from agent.mock_llm.scripts import Answer, Conversation
 
 DELTA_CHARS = 4       # characters per text or reasoning delta: many events per answer
@@ -32,6 +33,9 @@ class Turn:
     include_usage: bool = False  # Chat Completions: stream_options.include_usage
     quirks: frozenset[str] = frozenset()  # Chat Completions: CHAT_QUIRKS, as local servers send
     user_text: str = ""   # the last user text: what the opaque reasoning tokens derive from
+    # The prompt cache's figures (agent/mock_llm/cache.py), reported only
+    # when the request asked for the simulation.
+    cache: Figures | None = None
 
 
 # What OpenAI-compatible local servers do differently (wire-quirks.md).
@@ -44,6 +48,7 @@ CHAT_QUIRKS = frozenset({
     "no-finish",         # no finish_reason at all; [DONE] ends the stream
     "tools-400",         # tools refused with 400, as Ollama does for a model without tools
     "tools-500",         # ... with 500, as llama.cpp does without --jinja
+    "deepseek-usage",    # cache figures as prompt_cache_hit_tokens / _miss_tokens (DeepSeek)
 })
 
 
@@ -210,8 +215,16 @@ class ChatCompletions:
     @staticmethod
     def _usage(answer: Answer, turn: Turn) -> dict:
         out = _output_tokens(answer)
-        return {"prompt_tokens": turn.input_tokens, "completion_tokens": out,
-                "total_tokens": turn.input_tokens + out}
+        usage: dict = {"prompt_tokens": turn.input_tokens, "completion_tokens": out,
+                       "total_tokens": turn.input_tokens + out}
+        if turn.cache is not None:
+            hits = min(turn.cache.read, turn.input_tokens)
+            if "deepseek-usage" in turn.quirks:
+                usage.update(prompt_cache_hit_tokens=hits,
+                             prompt_cache_miss_tokens=turn.input_tokens - hits)
+            else:
+                usage["prompt_tokens_details"] = {"cached_tokens": hits}
+        return usage
 
     error_body = staticmethod(_openai_error)
 
@@ -296,7 +309,7 @@ class AnthropicMessages:
         events = [event({"type": "message_start", "message": {
             "id": f"msg_mock_{turn.seed}", "type": "message", "role": "assistant",
             "model": turn.model, "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": turn.input_tokens, "output_tokens": 1}}}),
+            "usage": {**AnthropicMessages._input_usage(turn), "output_tokens": 1}}}),
             event({"type": "ping"})]
         for index, block in enumerate(AnthropicMessages._blocks(answer, turn)):
             if block["type"] == "thinking":
@@ -329,8 +342,18 @@ class AnthropicMessages:
         return {"id": f"msg_mock_{turn.seed}", "type": "message", "role": "assistant",
                 "model": turn.model, "content": AnthropicMessages._blocks(answer, turn),
                 "stop_reason": AnthropicMessages._stop(answer), "stop_sequence": None,
-                "usage": {"input_tokens": turn.input_tokens,
+                "usage": {**AnthropicMessages._input_usage(turn),
                           "output_tokens": _output_tokens(answer)}}
+
+    @staticmethod
+    def _input_usage(turn: Turn) -> dict:
+        """input_tokens counts what was neither read from the cache nor written to it."""
+        if turn.cache is None:
+            return {"input_tokens": turn.input_tokens}
+        read = min(turn.cache.read, turn.input_tokens)
+        written = min(turn.cache.written, turn.input_tokens - read)
+        return {"input_tokens": turn.input_tokens - read - written,
+                "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
 
     @staticmethod
     def _stop(answer: Answer) -> str:
@@ -425,7 +448,8 @@ class Responses:
                 "status": "completed" if done else "in_progress", "model": turn.model,
                 "output": Responses._items(answer, turn) if done else [],
                 "usage": {"input_tokens": turn.input_tokens,
-                          "input_tokens_details": {"cached_tokens": 0},
+                          "input_tokens_details": {"cached_tokens": min(
+                              turn.cache.read, turn.input_tokens) if turn.cache else 0},
                           "output_tokens": out,
                           "output_tokens_details": {"reasoning_tokens": len(pieces(answer.reasoning))},
                           "total_tokens": turn.input_tokens + out} if done else None}

@@ -6,7 +6,7 @@ model) with an injected clock, and the failover order of the config's
     health = board.get("openai", "gpt-4o-mini", Policy())
     if health.admit():            # healthy, or the one try after a cooldown
         ...                       # the request
-        health.succeeded(first_delta_seconds)   # or failed(...), disable(...), release()
+        health.succeeded(first_delta_seconds, usage)   # or failed(...), disable(...), release()
 
 A failure cools the provider: cooldown seconds, doubling with each failure
 in a row up to max_cooldown, or as long as a 429's Retry-After said (up to
@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 LATENCY_WINDOW = 256  # first-delta latencies kept per provider: status' p50 and p99
+# The token counts summed per provider for status (the fields of
+# agent.stream.records.Usage): what the prompt cache saved shows there.
+TOKEN_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 class State(enum.StrEnum):
@@ -60,6 +63,7 @@ class Health:
         self.failovers = 0                # failures that handed an ask to the next provider
         self.skipped = 0                  # asks sent past it while it cooled or was disabled
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.tokens = dict.fromkeys(TOKEN_COUNTS, 0)  # of the answers, as each reported them
 
     @property
     def state(self) -> State:
@@ -80,12 +84,16 @@ class Health:
             return True
         return False
 
-    def succeeded(self, first_delta: float | None) -> None:
-        """An answer came; first_delta is the seconds to its first delta, if it had one."""
+    def succeeded(self, first_delta: float | None, usage=None) -> None:
+        """An answer came; first_delta is the seconds to its first delta, if
+        it had one; usage its token counts (a Usage), if it reported any."""
         self._until, self._probing, self.failures = None, False, 0
         self.answered += 1
         if first_delta is not None:
             self._latencies.append(first_delta)
+        if usage is not None:
+            for name in TOKEN_COUNTS:
+                self.tokens[name] += getattr(usage, name) or 0
 
     def failed(self, error: str, retry_after: float | None = None) -> None:
         """It failed (no answer, a 5xx, an error event...): it cools."""
@@ -126,6 +134,7 @@ class Health:
         shown["counts"] = {"answered": self.answered, "failed": self.failed_count,
                            "failovers": self.failovers, "skipped": self.skipped}
         shown["first_delta"] = latency_summary(self._latencies)
+        shown["tokens"] = dict(self.tokens)
         return shown
 
 

@@ -31,10 +31,19 @@ with its tests is docs/reasoning-replay.md):
   sent back.
 A tool result's is_error is a field only in Anthropic's format; the others
 get the content text alone.
+
+Prompt caching (docs/caching.md): every body puts what stays the same
+first and the growing history last (model and settings, then the tools,
+sorted by name, then Anthropic's system, then the messages or input), so
+that a request's body without its closing brackets is a byte prefix of the
+next request's in the same session. On top of that, per `cache`:
+Anthropic's `cache_control` breakpoints (CACHE_BREAKPOINTS), OpenAI's
+`prompt_cache_key` (a hash of the session id), llama.cpp's `cache_prompt`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets as _secrets
@@ -58,6 +67,20 @@ SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-auth
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; the others do not
 ANTHROPIC_MIN_THINKING_BUDGET = 1024  # Anthropic's least budget_tokens
 RESPONSES_INCLUDE = ["reasoning.encrypted_content"]
+# What `cache` may say per protocol. "auto": what the provider is known to
+# take (Anthropic: the breakpoints; OpenAI's own host: prompt_cache_key;
+# nothing for other OpenAI-compatible servers, which cache a repeated prefix
+# on their own and may refuse a field they do not know); "off": no field.
+CACHE_MODES = {"openai-chat": ("auto", "off", "prompt_cache_key", "cache_prompt"),
+               "openai-responses": ("auto", "off", "prompt_cache_key"),
+               "anthropic": ("auto", "off"), "ollama": ("auto", "off")}
+OPENAI_HOSTS = frozenset({"api.openai.com"})  # take prompt_cache_key under cache = "auto"
+# Anthropic's cache_control places, all by default: the last tool, the
+# system prompt, the last message of the previous request (where the last
+# request's cache entry ends: read back even past the 20-block lookback) and
+# the last message (written for the next request). Anthropic takes at most 4.
+CACHE_BREAKPOINTS = ("tools", "system", "previous", "last")
+EPHEMERAL = {"type": "ephemeral"}
 
 
 class RawJSON(str):
@@ -115,6 +138,10 @@ class Provider:
     # Anthropic only: extended thinking with this budget (tokens, at least
     # 1024 and under max_tokens); its blocks go back in tool loops.
     thinking_budget: int | None = None
+    # Prompt caching (CACHE_MODES); Anthropic's breakpoints, None for all
+    # of CACHE_BREAKPOINTS.
+    cache: str = "auto"
+    cache_breakpoints: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -128,7 +155,7 @@ class Provider:
                 raise ValueError(f"provider {self.name!r}: {name} must be positive")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"provider {self.name!r}: max_tokens must be positive")
-        problem = self._ollama_problem() or self._thinking_problem()
+        problem = self._ollama_problem() or self._thinking_problem() or self._cache_problem()
         if problem is not None:
             raise ValueError(f"provider {self.name!r}: {problem}")
 
@@ -143,6 +170,34 @@ class Provider:
             return (f"thinking_budget must be an integer from {ANTHROPIC_MIN_THINKING_BUDGET} "
                     f"to below max_tokens ({limit}), not {budget!r}")
         return None
+
+    def _cache_problem(self) -> str | None:
+        modes = CACHE_MODES[self.protocol]
+        if self.cache not in modes:
+            return (f"cache must be one of {', '.join(modes)} for protocol "
+                    f"{self.protocol!r}, not {self.cache!r}")
+        places = self.cache_breakpoints
+        if places is None:
+            return None
+        if self.protocol != "anthropic":
+            return ("cache_breakpoints is an option of protocol \"anthropic\" only, "
+                    f"not {self.protocol!r}")
+        if isinstance(places, str) or not all(place in CACHE_BREAKPOINTS for place in places):
+            return (f"cache_breakpoints must be a list of {', '.join(CACHE_BREAKPOINTS)}, "
+                    f"not {places!r}")
+        if len(set(places)) != len(places):
+            return "cache_breakpoints names a place more than once"
+        object.__setattr__(self, "cache_breakpoints", tuple(places))  # frozen: a list from TOML
+        return None
+
+    def prompt_cache(self) -> str | None:
+        """The cache field this provider's requests carry, or None."""
+        if self.cache == "auto":
+            if self.protocol.startswith("openai-") \
+                    and urlsplit(self.base_url).hostname in OPENAI_HOSTS:
+                return "prompt_cache_key"
+            return "cache_control" if self.protocol == "anthropic" else None
+        return None if self.cache == "off" else self.cache
 
     def _ollama_problem(self) -> str | None:
         """What is wrong with the Ollama options (the words start with the
@@ -247,15 +302,27 @@ class ToolResult:
 
 @dataclass
 class Conversation:
-    """A system prompt and the turns: UserTurn, AssistantTurn, ToolResult."""
+    """A system prompt and the turns: UserTurn, AssistantTurn, ToolResult;
+    session names the history they come from (a prompt_cache_key derives
+    from it), None for none."""
     system: str | None = None
     turns: list = field(default_factory=list)
+    session: str | None = None
+
+
+def prompt_cache_key(session: str) -> str:
+    """The prompt_cache_key of a session: stable across restarts, and not
+    the session's name, which the provider need not learn."""
+    return "homeagent-" + hashlib.sha256(session.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def build_request(provider: Provider, conversation: Conversation,
                   tools: list[Tool] | None = None) -> tuple[str, dict[str, str], dict]:
     """(url, headers, json body) of a streaming request in the provider's format."""
-    path, body = _BUILDERS[provider.protocol](provider, conversation, tools or [])
+    # Sorted: the order a reload or a tool source lists them in must not
+    # change the bytes of the cached prefix.
+    tools = sorted(tools or (), key=lambda tool: tool.name)
+    path, body = _BUILDERS[provider.protocol](provider, conversation, tools)
     headers = {
         "accept": STREAM_TYPES.get(provider.protocol, DEFAULT_STREAM_TYPE),
         # The body goes to the stream core as raw bytes: no gzip.
@@ -297,15 +364,25 @@ def _role_messages(conversation: Conversation, assistant, tool_result) -> list[d
 
 
 def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
-    messages = _role_messages(conversation, _chat_assistant,
-                              lambda result: {"tool_call_id": result.call_id})
-    body: dict = {"model": provider.model, "messages": messages, "stream": True,
+    body: dict = {"model": provider.model, "stream": True,
                   "stream_options": {"include_usage": True}}
     if provider.max_tokens is not None:
         body["max_tokens"] = provider.max_tokens
+    _cache_fields(provider, conversation, body)
     if tools:
         body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
+    body["messages"] = _role_messages(conversation, _chat_assistant,
+                                      lambda result: {"tool_call_id": result.call_id})
     return "/chat/completions", body
+
+
+def _cache_fields(provider: Provider, conversation: Conversation, body: dict) -> None:
+    """OpenAI's prompt_cache_key (one per session), or llama.cpp's cache_prompt."""
+    field = provider.prompt_cache()
+    if field == "prompt_cache_key" and conversation.session is not None:
+        body["prompt_cache_key"] = prompt_cache_key(conversation.session)
+    elif field == "cache_prompt":
+        body["cache_prompt"] = True
 
 
 def _chat_assistant(message: Message) -> dict:
@@ -355,17 +432,38 @@ def _anthropic(provider: Provider, conversation: Conversation, tools: list[Tool]
             add("user", [block])
         else:
             raise TypeError(f"not a conversation turn: {turn!r}")
+    places = (provider.cache_breakpoints or CACHE_BREAKPOINTS
+              if provider.prompt_cache() == "cache_control" else ())
     body: dict = {"model": provider.model,
                   "max_tokens": provider.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
-                  "messages": messages, "stream": True}
-    if conversation.system is not None:
-        body["system"] = conversation.system
+                  "stream": True}
     if provider.thinking_budget is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": provider.thinking_budget}
     if tools:
         body["tools"] = [{"name": t.name, "description": t.description,
                           "input_schema": dict(t.parameters)} for t in tools]
+        if "tools" in places:
+            body["tools"][-1]["cache_control"] = EPHEMERAL
+    if conversation.system is not None:
+        # an empty text block would be refused: an empty prompt stays a string
+        body["system"] = conversation.system if "system" not in places \
+            or not conversation.system else [
+                {"type": "text", "text": conversation.system, "cache_control": EPHEMERAL}]
+    # The last message is a user turn (a prompt or tool results); the one
+    # two before it ended the previous request of the session.
+    for place, at in (("previous", -3), ("last", -1)):
+        if place in places and len(messages) >= -at:
+            _mark_last_block(messages[at])
+    body["messages"] = messages
     return "/messages", body
+
+
+def _mark_last_block(message: dict) -> None:
+    """A cache breakpoint on a message's last block, a new dict: the blocks
+    may be the history's own. Thinking blocks cannot carry one."""
+    last = message["content"][-1]
+    if last["type"] not in ("thinking", "redacted_thinking"):
+        message["content"][-1] = {**last, "cache_control": EPHEMERAL}
 
 
 def _anthropic_blocks(message: Message) -> list[dict]:
@@ -402,15 +500,17 @@ def _responses(provider: Provider, conversation: Conversation, tools: list[Tool]
                           "output": turn.content})
         else:
             raise TypeError(f"not a conversation turn: {turn!r}")
-    body: dict = {"model": provider.model, "input": items, "stream": True, "store": False,
+    body: dict = {"model": provider.model, "stream": True, "store": False,
                   "include": list(RESPONSES_INCLUDE)}
-    if conversation.system is not None:
-        body["instructions"] = conversation.system
     if provider.max_tokens is not None:
         body["max_output_tokens"] = provider.max_tokens
+    _cache_fields(provider, conversation, body)
     if tools:
         body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
                           "parameters": dict(t.parameters), "strict": t.strict} for t in tools]
+    if conversation.system is not None:
+        body["instructions"] = conversation.system
+    body["input"] = items
     return "/responses", body
 
 
@@ -434,9 +534,7 @@ def _responses_items(message: Message) -> list:
 # ---- Ollama's native API ----
 
 def _ollama(provider: Provider, conversation: Conversation, tools: list[Tool]):
-    messages = _role_messages(conversation, _ollama_assistant,
-                              lambda result: {"tool_name": result.name})
-    body: dict = {"model": provider.model, "messages": messages, "stream": True}
+    body: dict = {"model": provider.model, "stream": True}
     options: dict = {}
     if provider.num_ctx is not None:
         options["num_ctx"] = provider.num_ctx
@@ -451,6 +549,8 @@ def _ollama(provider: Provider, conversation: Conversation, tools: list[Tool]):
         body["format"] = provider.format if isinstance(provider.format, str) else dict(provider.format)
     if tools:
         body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
+    body["messages"] = _role_messages(conversation, _ollama_assistant,
+                                      lambda result: {"tool_name": result.name})
     return "/api/chat", body
 
 

@@ -88,7 +88,7 @@ _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "m
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
                       "total_timeout": float, "max_tokens": int, "num_ctx": int,
-                      "thinking_budget": int}
+                      "thinking_budget": int, "cache": str, "cache_breakpoints": list}
 # Ollama's options of more than one TOML type: Provider checks them.
 _PROVIDER_ANY = ("keep_alive", "think", "format")
 _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",

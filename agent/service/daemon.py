@@ -426,7 +426,9 @@ def _provider_status(name: str, entry, config: Config) -> dict:
     provider = entry.provider
     return {"name": name, "protocol": provider.protocol, "model": provider.model,
             "base_url": provider.base_url, "default": name == config.default_provider,
-            "key": bool(provider.api_key), "fallback": list(entry.fallback)}
+            "key": bool(provider.api_key), "fallback": list(entry.fallback),
+            # the cache field its requests carry (docs/caching.md), None for none
+            "cache": provider.prompt_cache()}
 
 
 # ---- the listening socket ----

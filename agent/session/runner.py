@@ -266,7 +266,7 @@ class Runner:
         limits = self.ask_limits
         with stop.cuts() as answering:
             for step in range(1, limits.steps + 1):
-                conversation = Conversation(self.system_prompt, [*history, *exchange])
+                conversation = Conversation(self.system_prompt, [*history, *exchange], session)
                 while True:
                     try:
                         # The last request may still ask for tools; they are not run.
@@ -442,7 +442,8 @@ class Runner:
         if failure is not None:
             _judge(health, failure)
             raise failure
-        health.succeeded(None if first_reply is None else first_reply - began)
+        health.succeeded(None if first_reply is None else first_reply - began,
+                         answer.message.usage)
         # A call the decoder completed without a ToolCallDone cannot happen;
         # should one, it gets a result rather than a KeyError.
         for call in answer.message.tool_calls:

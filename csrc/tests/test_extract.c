@@ -115,6 +115,11 @@ static void test_chat_tools_finish_usage_done(check_counts *c)
     feed(f, "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"name\":\"n\",\"arguments\":{\"a\": [1, \"\\u00e9\"]}}}]}}]}\n\n");
     CHECK(c, f->n == 2 && rec(f, 1)[HA_WORD_KIND] == HA_REC_TOOL_ARGS &&
                  span_is(f, 1, HA_WORD_S1, "{\"a\": [1, \"\\u00e9\"]}"));
+    /* DeepSeek's cache figures: the hits are the cache read */
+    feed(f, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":3,\"total_tokens\":53,"
+            "\"prompt_cache_hit_tokens\":32,\"prompt_cache_miss_tokens\":18}}\n\n");
+    CHECK(c, f->n == 1 && rec(f, 0)[HA_WORD_KIND] == HA_REC_USAGE && rec(f, 0)[HA_USAGE_INPUT] == 50 &&
+                 rec(f, 0)[HA_USAGE_CACHE_READ] == 32 && rec(f, 0)[HA_USAGE_CACHE_WRITE] == -1);
     free(f);
 }
 
