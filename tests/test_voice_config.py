@@ -36,7 +36,8 @@ channels = 2
 asr = "tcp://127.0.0.1:10300"
 asr_language = "en"
 session = "kitchen"
-wake = ["okay_nabu", {{ model = "alexa", session = "alexa-talk", provider = "local" }}]
+wake = ["okay_nabu",
+        {{ model = "alexa", session = "alexa-talk", provider = "local", language = "fr" }}]
 silence_seconds = 1.2
 follow_up = "always"
 follow_up_seconds = 6
@@ -45,8 +46,8 @@ follow_up_seconds = 6
     assert config.source.format.rate == 48000 and config.source.format.channels == 2
     assert config.source.argv[1:] == ("-c", "pass", "--rate", "{rate}", "--ch={channels}")
     assert config.asr == ("tcp", "127.0.0.1", 10300) and config.asr_language == "en"
-    assert [(w.name, w.session, w.provider) for w in config.wake] == [
-        ("okay_nabu", None, None), ("alexa", "alexa-talk", "local")]
+    assert [(w.name, w.session, w.provider, w.language) for w in config.wake] == [
+        ("okay_nabu", None, None, None), ("alexa", "alexa-talk", "local", "fr")]
     assert config.session == "kitchen" and config.limits.silence_seconds == 1.2
     assert config.follow_up == "always" and config.follow_up_seconds == 6
 
@@ -77,6 +78,8 @@ follow_up_seconds = 6
      "expected a boolean"),
     ('asr = "tcp://h:1"\nwake = ["alexa"]\nbarge_in_threshold = 1.5\n',
      "voice.barge_in_threshold", "between 0.01 and 0.999"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "alexa", language = 2 }]\n', "voice.wake.language",
+     "expected a string"),
 ])
 def test_mistakes_are_named(text, key, problem):
     with pytest.raises(ConfigError) as caught:

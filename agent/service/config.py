@@ -76,7 +76,7 @@ _VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "
                "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
                "follow_up_seconds", "error_text", "speech_tail", "barge_in",
                "barge_in_threshold")
-_WAKE_KEYS = ("model", "session", "provider")
+_WAKE_KEYS = ("model", "session", "provider", "language")
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "delta_interval_ms",
@@ -347,7 +347,7 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
     if not wake_list:
         raise table.error("wake", "at least one wake word: a model name ("
                                   f"{', '.join(BUILTIN)}) or a table {{ model = ..., "
-                                  "session = ..., provider = ... }}")
+                                  "session = ..., provider = ..., language = ... }}")
     wake = []
     for index, item in enumerate(wake_list):
         if isinstance(item, str):
@@ -364,7 +364,8 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
             if not os.path.isfile(model):
                 raise reader.error("model", f"{model}: no such file")
         wake.append(WakeWord(model, session_of(reader, "session", None),
-                             provider_of(reader, "provider")))
+                             provider_of(reader, "provider"),
+                             reader.get("language", str, "") or None))
     limits = Limits(start_seconds=table.number("start_seconds", 5.0, 0.5, 60),
                     silence_seconds=table.number("silence_seconds", 0.8, 0.1, 10),
                     max_seconds=table.number("max_seconds", 15.0, 1, 120),

@@ -15,10 +15,12 @@ BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
 @dataclass(frozen=True)
 class WakeWord:
     """One wake word: its model (a built-in name or a model's JSON path), and
-    the session and provider its asks go to (None: the [voice] table's)."""
+    the session, provider and speech-to-text language of its asks (None: the
+    [voice] table's)."""
     model: str
     session: str | None = None
     provider: str | None = None
+    language: str | None = None
 
     @property
     def name(self) -> str:

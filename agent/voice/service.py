@@ -187,7 +187,7 @@ class VoiceService:
         to_asr, from_door = trio.open_memory_channel(most)
         outcome: dict = {}
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._transcribe, from_door, outcome)
+            nursery.start_soon(self._transcribe, from_door, outcome, wake.language)
             verdict = await self._listen(endpointer, to_asr)
             if verdict is Verdict.NOTHING:
                 nursery.cancel_scope.cancel()
@@ -253,13 +253,13 @@ class VoiceService:
         # the microphone gave too few frames: what was heard is the utterance
         return Verdict.ENDED if endpointer.speaking else Verdict.NOTHING
 
-    async def _transcribe(self, audio, outcome: dict) -> None:
+    async def _transcribe(self, audio, outcome: dict, language: str | None) -> None:
         config = self.config
         try:
             outcome["text"] = await transcribe(
                 config.asr, audio, connect_timeout=config.connect_timeout,
                 answer_timeout=config.answer_timeout, name=config.asr_name,
-                language=config.asr_language)
+                language=language or config.asr_language)
         except AsrError as error:
             outcome["error"] = error
         finally:
