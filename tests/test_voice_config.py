@@ -36,7 +36,8 @@ channels = 2
 asr = "tcp://127.0.0.1:10300"
 asr_language = "en"
 session = "kitchen"
-wake = ["okay_nabu", {{ model = "alexa", session = "alexa-talk", provider = "local" }}]
+wake = ["okay_nabu",
+        {{ model = "alexa", session = "alexa-talk", provider = "local", language = "fr" }}]
 silence_seconds = 1.2
 follow_up = "always"
 follow_up_seconds = 6
@@ -45,10 +46,35 @@ follow_up_seconds = 6
     assert config.source.format.rate == 48000 and config.source.format.channels == 2
     assert config.source.argv[1:] == ("-c", "pass", "--rate", "{rate}", "--ch={channels}")
     assert config.asr == ("tcp", "127.0.0.1", 10300) and config.asr_language == "en"
-    assert [(w.name, w.session, w.provider) for w in config.wake] == [
-        ("okay_nabu", None, None), ("alexa", "alexa-talk", "local")]
+    assert [(w.name, w.session, w.provider, w.language) for w in config.wake] == [
+        ("okay_nabu", None, None, None), ("alexa", "alexa-talk", "local", "fr")]
     assert config.session == "kitchen" and config.limits.silence_seconds == 1.2
     assert config.follow_up == "always" and config.follow_up_seconds == 6
+
+
+def test_wake_words_of_a_wake_server_beside_those_in_process():
+    config = voice("""\
+source = "wyoming"
+address = "tcp://mic:10600"
+asr = "tcp://127.0.0.1:10300"
+asr_language = "en"
+wake_server = "tcp://127.0.0.1:10400"
+wake = [
+  "okay_nabu",
+  { model = "hey_jarvis", server = true, session = "kitchen", language = "fr" },
+  { model = "ok_nabu_v0.1", server = true },
+]
+""")
+    assert config.wake_server == ("tcp", "127.0.0.1", 10400)
+    assert [(w.name, w.server, w.session, w.language) for w in config.wake] == [
+        ("okay_nabu", False, None, None), ("hey_jarvis", True, "kitchen", "fr"),
+        ("ok_nabu_v0.1", True, None, None)]
+    # a server's names are its own: a built-in's name or a path's shape means nothing
+    assert voice('source = "wyoming"\naddress = "unix:/run/mic"\nasr = "tcp://h:1"\n'
+                 'wake_server = "unix:/run/wake.sock"\n'
+                 'wake = [{ model = "alexa", server = true },\n'
+                 '        { model = "x.json", server = true }]\n'
+                 ).wake[1].model == "x.json"
 
 
 @pytest.mark.parametrize("text,key,problem", [
@@ -77,6 +103,23 @@ follow_up_seconds = 6
      "expected a boolean"),
     ('asr = "tcp://h:1"\nwake = ["alexa"]\nbarge_in_threshold = 1.5\n',
      "voice.barge_in_threshold", "between 0.01 and 0.999"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "hey_jarvis", server = true }]\n',
+     "voice.wake.server", "needs [voice] wake_server"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\nwake_server = "tcp://h:2"\n', "voice.wake_server",
+     "no wake word is the server's"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "x", server = true }]\nwake_server = "h:2"\n',
+     "voice.wake_server", "tcp://HOST:PORT"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "x", server = "yes" }]\nwake_server = "tcp://h:2"\n',
+     "voice.wake.server", "expected a boolean"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "", server = true }]\nwake_server = "tcp://h:2"\n',
+     "voice.wake.model", "1 to 100 printable characters"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "a\\nb", server = true }]\n'
+     'wake_server = "tcp://h:2"\n', "voice.wake.model", "printable"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "x", server = true }, { model = "x", server = true, '
+     'session = "s" }]\nwake_server = "tcp://h:2"\n', "voice.wake.model", "named twice"),
+    ('asr = "tcp://h:1"\nwake = [{ model = "alexa", language = 2 }]\n', "voice.wake.language",
+     "expected a string"),
+    ('asr = "tcp://h:1"\nwake = ["hey_siri"]\n', "voice.wake.model", "server = true"),
 ])
 def test_mistakes_are_named(text, key, problem):
     with pytest.raises(ConfigError) as caught:

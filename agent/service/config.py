@@ -75,8 +75,9 @@ _VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "
                "connect_timeout", "answer_timeout", "session", "provider", "start_seconds",
                "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
                "follow_up_seconds", "error_text", "speech_tail", "barge_in",
-               "barge_in_threshold")
-_WAKE_KEYS = ("model", "session", "provider")
+               "barge_in_threshold", "wake_server")
+_WAKE_KEYS = ("model", "session", "provider", "language", "server")
+MAX_WAKE_NAME = 100   # a wake server's name for a wake word
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
                 "state_directory", "max_line_bytes", "client_queue", "shutdown_grace",
                 "delta_interval_ms",
@@ -347,7 +348,10 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
     if not wake_list:
         raise table.error("wake", "at least one wake word: a model name ("
                                   f"{', '.join(BUILTIN)}) or a table {{ model = ..., "
-                                  "session = ..., provider = ... }}")
+                                  "session = ..., provider = ..., language = ..., "
+                                  "server = ... }}")
+    wake_server = table.get("wake_server", str, "")
+    wake_server = _address(table, "wake_server", wake_server) if wake_server else None
     wake = []
     for index, item in enumerate(wake_list):
         if isinstance(item, str):
@@ -356,15 +360,30 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
             raise table.error("wake", f"item {index + 1}: a model name or a table")
         reader = Table(table.source, (*table.key, "wake"), item, _WAKE_KEYS)
         model = reader.get("model", str)
-        if model not in BUILTIN:
+        server = reader.get("server", bool, False)
+        if server:
+            if wake_server is None:
+                raise reader.error("server", "the wake server's wake word needs [voice] "
+                                             "wake_server, the server's address")
+            if not 0 < len(model) <= MAX_WAKE_NAME or not model.isprintable():
+                raise reader.error("model", f"the wake server's name for the wake word: "
+                                            f"1 to {MAX_WAKE_NAME} printable characters")
+            if any(other.server and other.model == model for other in wake):
+                raise reader.error("model", f"the wake server's {model!r} is named twice")
+        elif model not in BUILTIN:
             if not model.endswith(".json"):
                 raise reader.error("model", f"{model!r}: one of {', '.join(BUILTIN)} or the "
-                                            "path of a microWakeWord model's .json file")
+                                            "path of a microWakeWord model's .json file (or "
+                                            "server = true: the wake server's name)")
             model = os.path.join(config_dir, model)
             if not os.path.isfile(model):
                 raise reader.error("model", f"{model}: no such file")
         wake.append(WakeWord(model, session_of(reader, "session", None),
-                             provider_of(reader, "provider")))
+                             provider_of(reader, "provider"),
+                             reader.get("language", str, "") or None, server))
+    if wake_server is not None and not any(word.server for word in wake):
+        raise table.error("wake_server", "no wake word is the server's: name one "
+                                         "{ model = \"NAME\", server = true }")
     limits = Limits(start_seconds=table.number("start_seconds", 5.0, 0.5, 60),
                     silence_seconds=table.number("silence_seconds", 0.8, 0.1, 10),
                     max_seconds=table.number("max_seconds", 15.0, 1, 120),
@@ -372,7 +391,7 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
                     threshold=table.number("threshold", 0.5, 0.01, 0.99))
     error_text = table.get("error_text", str, "I could not hear that.")
     return VoiceConfig(
-        enabled=True, source=source, wake=tuple(wake),
+        enabled=True, source=source, wake=tuple(wake), wake_server=wake_server,
         asr=_address(table, "asr", table.get("asr", str)),
         asr_name=table.get("asr_name", str, "") or None,
         asr_language=table.get("asr_language", str, "") or None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Callable
 
 import trio
 
@@ -39,11 +40,12 @@ class Failure(enum.Enum):
     GARBAGE = "asr_garbage"
 
 
-class AsrError(Exception):
-    """AsrError(failure, detail): what went wrong, named, and the detail."""
+class ClientError(Exception):
+    """A Wyoming client's failure: ClientError(failure, detail), what went
+    wrong, named by an enum member, and the detail."""
 
     @property
-    def failure(self) -> Failure:
+    def failure(self) -> enum.Enum:
         return self.args[0]
 
     @property
@@ -54,7 +56,22 @@ class AsrError(Exception):
         return f"{self.failure.value}: {self.detail}"
 
 
+class AsrError(ClientError):
+    """AsrError(failure: Failure, detail): speech-to-text failed."""
+
+
 _AUDIO = {"rate": TARGET.rate, "width": TARGET.width, "channels": TARGET.channels}
+
+
+def audio_start() -> framing.Event:
+    return framing.Event("audio-start", {**_AUDIO, "timestamp": 0})
+
+
+def audio_chunk(pcm: bytes, sent: int) -> bytes:
+    """An audio-chunk of 16 kHz mono, stamped with the time of the `sent`
+    bytes of audio before it (its audio-start's: 0)."""
+    timestamp = sent * 1000 // TARGET.bytes_per_second
+    return framing.encode(framing.Event("audio-chunk", {**_AUDIO, "timestamp": timestamp}, pcm))
 
 
 class Transcription:
@@ -71,13 +88,12 @@ class Transcription:
 
     def start(self) -> bytes:
         return framing.encode(framing.Event("transcribe", self._transcribe)) \
-            + framing.encode(framing.Event("audio-start", {**_AUDIO, "timestamp": 0}))
+            + framing.encode(audio_start())
 
     def audio(self, pcm: bytes) -> bytes:
-        timestamp = self.audio_bytes * 1000 // TARGET.bytes_per_second
+        chunk = audio_chunk(pcm, self.audio_bytes)
         self.audio_bytes += len(pcm)
-        return framing.encode(framing.Event("audio-chunk", {**_AUDIO, "timestamp": timestamp},
-                                            pcm))
+        return chunk
 
     def stop(self) -> bytes:
         timestamp = self.audio_bytes * 1000 // TARGET.bytes_per_second
@@ -114,10 +130,14 @@ class Transcription:
         elif event.type == "transcript-stop":
             return "".join(self.chunks)
         elif event.type == "error":
-            detail = event.data.get("text")
-            raise AsrError(Failure.SERVER_ERROR, detail if isinstance(detail, str) and detail
-                           else f"the server said error: {dict(event.data)}")
+            raise AsrError(Failure.SERVER_ERROR, said(event))
         return None
+
+
+def said(error: framing.Event) -> str:
+    """What a server's `error` event says."""
+    text = error.data.get("text")
+    return text if isinstance(text, str) and text else f"the server said error: {dict(error.data)}"
 
 
 def _text(event: framing.Event, kind: str) -> str:
@@ -127,7 +147,14 @@ def _text(event: framing.Event, kind: str) -> str:
     return text
 
 
-async def connect(address: tuple[str, str, int], timeout: float) -> trio.abc.Stream:
+def _unreachable(detail: str) -> AsrError:
+    return AsrError(Failure.UNREACHABLE, detail)
+
+
+async def connect(address: tuple[str, str, int], timeout: float,
+                  unreachable: Callable[[str], Exception] = _unreachable) -> trio.abc.Stream:
+    """A connection to a Wyoming server within `timeout`, or the exception
+    unreachable(why) makes: the wake server's client names its own."""
     kind, host, port = address
     try:
         with trio.fail_after(timeout):
@@ -135,9 +162,9 @@ async def connect(address: tuple[str, str, int], timeout: float) -> trio.abc.Str
                 return await trio.open_unix_socket(host)
             return await trio.open_tcp_stream(host, port)
     except trio.TooSlowError:
-        raise AsrError(Failure.UNREACHABLE, f"no connection within {timeout:g} s") from None
+        raise unreachable(f"no connection within {timeout:g} s") from None
     except OSError as error:
-        raise AsrError(Failure.UNREACHABLE, error.strerror or str(error)) from None
+        raise unreachable(error.strerror or str(error)) from None
 
 
 async def transcribe(address: tuple[str, str, int], audio: trio.abc.ReceiveChannel,

@@ -14,14 +14,20 @@ BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
 
 @dataclass(frozen=True)
 class WakeWord:
-    """One wake word: its model (a built-in name or a model's JSON path), and
-    the session and provider its asks go to (None: the [voice] table's)."""
+    """One wake word: its model (in process: a built-in name or a model's
+    JSON path; with server: the wake server's name for it), and the
+    session, provider and speech-to-text language of its asks (None: the
+    [voice] table's)."""
     model: str
     session: str | None = None
     provider: str | None = None
+    language: str | None = None
+    server: bool = False
 
     @property
     def name(self) -> str:
+        if self.server:
+            return self.model
         return self.model.rsplit("/", 1)[-1].removesuffix(".json")
 
 
@@ -45,6 +51,7 @@ class VoiceConfig:
     enabled: bool = False
     source: SourceConfig = SourceConfig()
     wake: tuple[WakeWord, ...] = ()
+    wake_server: tuple[str, str, int] | None = None   # the Wyoming wake server's address
     asr: tuple[str, str, int] | None = None
     asr_name: str | None = None
     asr_language: str | None = None

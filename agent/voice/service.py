@@ -1,5 +1,6 @@
 """The voice door: the board hears. Its trio shell around the sans-IO
-pieces (audio.py, endpoint.py, asr.py) and the models (wake.py).
+pieces (audio.py, endpoint.py, asr.py), the models (wake.py) and the wake
+server (wake_server.py, whose failures are the status's last_error too).
 
 One loop, one state at a time, in `status` as `voice`:
 - idle: the microphone's frames go to the wake word detector. While the
@@ -54,7 +55,8 @@ from agent.voice.audio import Frames
 from agent.voice.config import VoiceConfig, WakeWord
 from agent.voice.endpoint import FRAME_SECONDS, Endpointer, Verdict
 from agent.voice.source import Supervisor
-from agent.voice.wake import Detector, Vad
+from agent.voice.wake import Detectors, Vad
+from agent.voice.wake_server import WakeError
 
 log = logging.getLogger("homeagent.voice")
 
@@ -69,9 +71,9 @@ class VoiceService:
         self.center = center
         self.config = config
         self.speaking = speaking
-        self.detector = Detector([wake.model for wake in config.wake])
-        self.vad = Vad()
         capacity = max(16, int(config.source.buffer_seconds / FRAME_SECONDS))
+        self.detector = Detectors(config, capacity, self._wake_failed)
+        self.vad = Vad()
         self._send, self._receive = trio.open_memory_channel(capacity)
         self._frames = Frames()
         # False while thinking and speaking without barge-in: frames are dropped as they come
@@ -114,6 +116,7 @@ class VoiceService:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.source.run)
+            nursery.start_soon(self.detector.run)
             names = ", ".join(wake.name for wake in self.config.wake)
             log.info("voice: listening for %s on the %s microphone", names,
                      self.config.source.kind)
@@ -187,7 +190,7 @@ class VoiceService:
         to_asr, from_door = trio.open_memory_channel(most)
         outcome: dict = {}
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._transcribe, from_door, outcome)
+            nursery.start_soon(self._transcribe, from_door, outcome, wake.language)
             verdict = await self._listen(endpointer, to_asr)
             if verdict is Verdict.NOTHING:
                 nursery.cancel_scope.cancel()
@@ -253,17 +256,21 @@ class VoiceService:
         # the microphone gave too few frames: what was heard is the utterance
         return Verdict.ENDED if endpointer.speaking else Verdict.NOTHING
 
-    async def _transcribe(self, audio, outcome: dict) -> None:
+    async def _transcribe(self, audio, outcome: dict, language: str | None) -> None:
         config = self.config
         try:
             outcome["text"] = await transcribe(
                 config.asr, audio, connect_timeout=config.connect_timeout,
                 answer_timeout=config.answer_timeout, name=config.asr_name,
-                language=config.asr_language)
+                language=language or config.asr_language)
         except AsrError as error:
             outcome["error"] = error
         finally:
             await audio.aclose()
+
+    def _wake_failed(self, error: WakeError) -> None:
+        """The wake server failed (it logged why): its words are not heard until it is back."""
+        self.last_error = str(error)
 
     async def _failed(self, error: AsrError) -> None:
         self.counts["asr_errors"] += 1
@@ -300,5 +307,6 @@ class VoiceService:
     def status(self) -> dict:
         return {"state": self.state, "seconds_in_state": round(time.monotonic() - self.since, 3),
                 "wake_words": [wake.name for wake in self.config.wake],
-                "source": self.source.status(), **self.counts,
+                "source": self.source.status(), "wake_server": self.detector.status(),
+                **self.counts,
                 "last_transcript": self.last_transcript, "last_error": self.last_error}

@@ -1,6 +1,8 @@
 """Wake words in process, with pymicro-wakeword (microWakeWord's TFLite
 models): imported here only, and this module only when [voice] names a
-wake word, so a daemon without one loads none of it.
+wake word, so a daemon without one loads none of it; only when a wake word
+is in process (Detectors: a board whose wake words are all its wake
+server's, wake_server.py, needs no pymicro-wakeword).
 
 The features of the audio are computed once and given to every model, so
 several wake words cost one front end and one small model each. A model is
@@ -10,9 +12,10 @@ path of a microWakeWord model's JSON file, its .tflite beside it.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-from agent.voice.config import BUILTIN
+from agent.voice.config import BUILTIN, VoiceConfig
+from agent.voice.wake_server import ServerDetector, WakeError
 
 
 class MissingExtra(RuntimeError):
@@ -57,6 +60,48 @@ class Detector:
         self._features = self._mww.MicroWakeWordFeatures()
         for model in self._models:
             model.reset()
+
+
+class Detectors:
+    """Every wake word of [voice], heard by index into config.wake: those in
+    process by one Detector, the wake server's by one ServerDetector; run()
+    is the server's connection (nothing without one)."""
+
+    def __init__(self, config: VoiceConfig, capacity: int,
+                 on_failure: Callable[[WakeError], None]) -> None:
+        self._local = [i for i, wake in enumerate(config.wake) if not wake.server]
+        self._remote = [i for i, wake in enumerate(config.wake) if wake.server]
+        self.local = Detector([config.wake[i].model for i in self._local]) \
+            if self._local else None
+        self.server = ServerDetector(
+            config.wake_server, [config.wake[i].model for i in self._remote],
+            connect_timeout=config.connect_timeout, stall_timeout=config.answer_timeout,
+            max_delay=config.source.restart_max_delay, capacity=capacity,
+            on_failure=on_failure) if self._remote else None
+
+    def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
+        """cutoff: as Detector's, for the models in process; a server gives
+        no probability, so its own threshold holds over the board's speech too."""
+        heard = self.local.feed(pcm, cutoff) if self.local is not None else None
+        if heard is not None:
+            heard = self._local[heard]
+        if self.server is not None:
+            remote = self.server.feed(pcm)
+            if heard is None and remote is not None:
+                heard = self._remote[remote]
+        return heard
+
+    def reset(self) -> None:
+        for detector in (self.local, self.server):
+            if detector is not None:
+                detector.reset()
+
+    async def run(self) -> None:
+        if self.server is not None:
+            await self.server.run()
+
+    def status(self) -> dict | None:
+        return self.server.status() if self.server is not None else None
 
 
 class Vad:
