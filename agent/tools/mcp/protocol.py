@@ -361,7 +361,9 @@ class SseParser:
             piece = data[start:end]
             if not self._skipping_line:
                 if len(self._line) + len(piece) > self.limit:
-                    self._drop(bytes(self._line[:HEAD_BYTES]) + piece[:HEAD_BYTES])
+                    head = bytes(self._line[:HEAD_BYTES]) + piece[:HEAD_BYTES]
+                    field, colon, value = head.partition(b":")
+                    self._drop(value.removeprefix(b" ") if field == b"data" and colon else head)
                     self._line.clear()
                     self._skipping_line = True
                 else:

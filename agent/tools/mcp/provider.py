@@ -224,8 +224,8 @@ class McpServer:
 
     async def _receive(self, item: bytes | TooLarge) -> None:
         session = self._session
-        if session is None:
-            return
+        if session is None or self._failure is not None:
+            return  # what a server says after breaking the protocol is not believed
         self._handle(session.too_large(item.head, item.limit) if isinstance(item, TooLarge)
                      else session.receive_bytes(item))
         self._wake.set()  # a listing's next page, a ping's answer
