@@ -142,6 +142,8 @@ def format_status(reply: dict[str, Any]) -> str:
             lines.append("  " + _health_line(provider))
     for device in reply.get("devices", []):
         lines.append(f"device {device.get('name')}: {device.get('state')}")
+    for server in reply.get("mcp") or []:
+        lines.append(_mcp_line(server))
     mqtt = reply.get("mqtt")
     if mqtt:
         link = "connected" if mqtt.get("connected") else \
@@ -154,6 +156,19 @@ def format_status(reply: dict[str, Any]) -> str:
     if counters:
         lines.append("counters: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
     return "\n".join(lines)
+
+
+def _mcp_line(server: dict[str, Any]) -> str:
+    """An MCP server in status: state, tools, calls, latency, last error."""
+    latency = server.get("latency_ms") or {}
+    line = (f"mcp {server.get('name')} ({server.get('transport')} {server.get('where')}): "
+            f"{server.get('state')}, {len(server.get('tools') or [])} tools, "
+            f"{server.get('calls')} calls ({server.get('failed')} failed, "
+            f"{server.get('timeouts')} timed out), {server.get('restarts')} restarts, "
+            f"latency mean {latency.get('mean', 0):g} ms, max {latency.get('max', 0):g} ms")
+    if server.get("last_error"):
+        line += f"\n  last error: {server['last_error']}"
+    return line
 
 
 def _health_line(provider: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ import socket
 import tomllib
 from types import MappingProxyType
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from agent.devices import device_types
 from agent.devices.base import (EVENT_TYPES, Common, Device, DeviceSpec, Overflow, SettingError,
@@ -35,6 +36,7 @@ from agent.providers.health import Policy, fallback_cycle
 from agent.providers.requests import SECRET_HEADERS, Provider
 from agent.service.config_schema import Config, DaemonConfig, ProviderEntry, SessionConfig
 from agent.settings.lines import syntax_error
+from agent.tools.mcp.config import McpConfig
 from agent.settings.reader import ConfigError, Source, Table, describe, is_toml
 from agent.wyoming import framing as wyoming
 from agent.voice.config import VoiceConfig
@@ -60,8 +62,14 @@ MAX_SHUTDOWN_GRACE = 3600.0
 MAX_DELTA_INTERVAL_MS = 1000
 MAX_ANNOUNCE_CHARS = 65536
 
-_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "wyoming",
-              "mqtt", "voice")
+_ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "mcp",
+              "wyoming", "mqtt", "voice")
+_MCP_STDIO = ("argv", "env", "cwd")
+_MCP_HTTP = ("url", "headers", "token_env", "token_file")
+_MCP_KEYS = (*_MCP_STDIO, *_MCP_HTTP, "start", "allow", "deny", "timeout", "start_timeout",
+             "max_result_bytes", "max_message_bytes", "max_concurrent", "restart_max_delay")
+MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the prefix of its tools' names
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
               "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
               "max_asks", "deltas", "discovery", "discovery_prefix", "sessions")
@@ -134,6 +142,8 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
                   devices=MappingProxyType(devices),
                   tool_providers=MappingProxyType({name: spec for name, spec in tables.items()
                                                    if name not in devices}),
+                  mcp=MappingProxyType(_mcp(root.table("mcp"), environ, os.path.dirname(path),
+                                            warnings)),
                   wyoming=_wyoming(root.table("wyoming", _WYOMING_KEYS)),
                   mqtt=_mqtt(root.table("mqtt", _MQTT_KEYS), environ, os.path.dirname(path),
                              warnings),
@@ -416,16 +426,7 @@ def _address(table: Table, key: str, value: str) -> tuple[str, str, int]:
 def _mic_program(table: Table, argv: list) -> tuple[str, ...]:
     """A microphone program's argv: a name on PATH or an absolute path, never
     a shell; {rate}, {width} and {channels} its only placeholders."""
-    if not argv or not all(isinstance(a, str) and a for a in argv):
-        raise table.error("program", "a non-empty array of strings: the program and its "
-                                     "arguments")
-    program = argv[0]
-    if "/" in program and not os.path.isabs(program):
-        raise table.error("program", f"program {program!r}: a name on PATH or an absolute "
-                                     "path")
-    path = shutil.which(program)
-    if path is None:
-        raise table.error("program", f"program {program!r} not found or not executable")
+    argv = _program(table, "program", argv)
     values = {"rate": 0, "width": 0, "channels": 0}
     for index, arg in enumerate(argv[1:], 1):
         try:
@@ -434,7 +435,7 @@ def _mic_program(table: Table, argv: list) -> tuple[str, ...]:
             raise table.error("program", f"argument {index} {arg!r}: the placeholders are "
                                          f"{{rate}}, {{width}} and {{channels}} ({error})") \
                 from None
-    return (path, *argv[1:])
+    return argv
 
 
 def _mqtt(table: Table, environ: Mapping[str, str], config_dir: str,
@@ -651,21 +652,22 @@ def _headers(table: Table) -> dict[str, str]:
 
 
 def _api_key(table: Table, environ: Mapping[str, str], config_dir: str,
-             warnings: list[str]) -> str:
-    """The key named by api_key_env or api_key_file, or "" for none. Messages
-    name the variable or the file, never what is in it."""
-    variable = table.get("api_key_env", str, None)
-    file_name = table.get("api_key_file", str, None)
+             warnings: list[str], keys: tuple[str, str] = ("api_key_env", "api_key_file")) -> str:
+    """The key named by api_key_env or api_key_file (or the keys given), or
+    "" for none. Messages name the variable or the file, never what is in it."""
+    env_key, file_key = keys
+    variable = table.get(env_key, str, None)
+    file_name = table.get(file_key, str, None)
     if variable is not None and file_name is not None:
-        raise table.error("api_key_file", "set api_key_env or api_key_file, not both")
+        raise table.error(file_key, f"set {env_key} or {file_key}, not both")
     if variable is not None:
         if variable not in environ:
-            raise table.error("api_key_env", f"environment variable {variable} is not set")
-        return _secret(table, "api_key_env", environ[variable],
+            raise table.error(env_key, f"environment variable {variable} is not set")
+        return _secret(table, env_key, environ[variable],
                        f"environment variable {variable}")
     if file_name is None:
         return ""
-    return _secret_file(table, "api_key_file", file_name, environ, config_dir, warnings)
+    return _secret_file(table, file_key, file_name, environ, config_dir, warnings)
 
 
 def _secret_file(table: Table, key: str, file_name: str, environ: Mapping[str, str],
@@ -719,6 +721,91 @@ def _check_secret(table: Table, key: str, secret: str, source: str) -> str:
         raise table.error(key, f"{source} holds a key of {len(secret)} characters; at least "
                                f"{MIN_SECRET_CHARS} are needed to mask it in replies and logs")
     return secret
+
+
+def _mcp(table: Table, environ: Mapping[str, str], config_dir: str,
+         warnings: list[str]) -> dict[str, McpConfig]:
+    """[mcp.NAME]: a stdio server (argv, env, cwd) or a streamable-HTTP one
+    (url, headers, token_env or token_file), and the bounds of its calls."""
+    servers = {}
+    for name in table.values:
+        if not MCP_NAME.fullmatch(name):
+            raise table.error(name, "an MCP server's name is 1 to 32 letters, digits, '_' "
+                                    "or '-' (its tools are named NAME_TOOL)")
+        server = table.table(name, _MCP_KEYS)
+        stdio = "argv" in server.values
+        if stdio == ("url" in server.values):
+            raise server.error(None, "set argv (a program speaking MCP on stdio) or url (a "
+                                     "streamable-HTTP endpoint), one of them")
+        for key in _MCP_HTTP if stdio else _MCP_STDIO:
+            if key in server.values:
+                raise server.error(key, f"a {'stdio' if stdio else 'streamable-HTTP'} server "
+                                        f"takes no {key}")
+        if stdio:
+            where = dict(argv=_program(server, "argv", server.get("argv", list)),
+                         env=MappingProxyType(_environment(server.table("env"))),
+                         cwd=_directory(server, "cwd", server.get("cwd", str, None)))
+        else:
+            where = dict(url=_endpoint(server, server.get("url", str)),
+                         headers=MappingProxyType(_headers(server)),
+                         token=_api_key(server, environ, config_dir, warnings,
+                                        ("token_env", "token_file")) or None)
+        timeout = server.number("timeout", 30.0, 0.1, 3600)
+        servers[name] = McpConfig(
+            name=name, **where, start=server.choice("start", ("lazy", "start"), "lazy"),
+            allow=_globs(server, "allow"), deny=_globs(server, "deny"), timeout=timeout,
+            start_timeout=server.number("start_timeout", 10.0, 0.1, 600),
+            max_result_bytes=server.integer("max_result_bytes", 16 * 1024, 256, 1 << 20),
+            max_message_bytes=server.integer("max_message_bytes", 2 << 20, 4096, 64 << 20),
+            max_concurrent=server.integer("max_concurrent", 4, 1, 64),
+            restart_max_delay=server.number("restart_max_delay", 60.0, 1, 3600))
+    return servers
+
+
+def _program(table: Table, key: str, argv: list) -> tuple[str, ...]:
+    """A program's argv, never a shell: a name on PATH or an absolute path."""
+    if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
+        raise table.error(key, "a non-empty array of strings: the program and its arguments")
+    program = argv[0]
+    if "/" in program and not os.path.isabs(program):
+        raise table.error(key, f"program {program!r}: a name on PATH or an absolute path")
+    path = shutil.which(program)
+    if path is None:
+        raise table.error(key, f"program {program!r} not found or not executable")
+    return (path, *argv[1:])
+
+
+def _environment(table: Table) -> dict[str, str]:
+    for name in table.values:
+        value = table.get(name, str)
+        if not ENV_NAME.fullmatch(name):
+            raise table.error(name, "an environment variable's name is letters, digits and "
+                                    "'_', not starting with a digit")
+        if "\0" in value:
+            raise table.error(name, "a value cannot hold a NUL character")
+    return dict(table.values)
+
+
+def _directory(table: Table, key: str, path: str | None) -> str | None:
+    if path is not None and not os.path.isdir(_absolute(table, key, path)):
+        raise table.error(key, f"{path}: no such directory")
+    return path
+
+
+def _endpoint(table: Table, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment \
+            or parts.username or parts.password:
+        raise table.error("url", "an http:// or https:// URL with a host, without user:password@ "
+                                 "(give a token with token_file) or a #fragment")
+    return url
+
+
+def _globs(table: Table, key: str) -> tuple[str, ...]:
+    globs = table.get(key, list, [])
+    if not all(isinstance(glob, str) and glob for glob in globs):
+        raise table.error(key, "an array of tool names or globs such as \"get_*\"")
+    return tuple(globs)
 
 
 def _default_provider(root: Table, providers: Mapping[str, ProviderEntry]) -> str:

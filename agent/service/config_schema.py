@@ -13,6 +13,7 @@ from agent.devices.base import DeviceSpec
 from agent.mqtt.config import MqttConfig
 from agent.providers.health import Policy
 from agent.providers.requests import Provider
+from agent.tools.mcp.config import McpConfig
 from agent.voice.config import VoiceConfig
 from agent.wyoming.config import WyomingConfig
 
@@ -71,6 +72,8 @@ class Config:
     # tool providers configured in a device's table (type = "homeassistant")
     tool_providers: Mapping[str, DeviceSpec] = field(
         default_factory=lambda: MappingProxyType({}))
+    # MCP servers, as [mcp.NAME]
+    mcp: Mapping[str, McpConfig] = field(default_factory=lambda: MappingProxyType({}))
     wyoming: WyomingConfig = WyomingConfig()
     mqtt: MqttConfig = MqttConfig()
     voice: VoiceConfig = VoiceConfig()
@@ -80,10 +83,12 @@ class Config:
 
     def secrets(self) -> tuple[str, ...]:
         """Every provider's key and credential headers, the devices'
-        credentials and the broker's password: what the masker hides."""
+        credentials, the MCP servers' tokens and credential headers, and the
+        broker's password: what the masker hides."""
         keys = tuple(secret for entry in self.providers.values()
                      for secret in entry.provider.secrets())
         devices = tuple(secret for spec in (*self.devices.values(),
                                             *self.tool_providers.values())
                         for secret in spec.secrets)
-        return keys + devices + ((self.mqtt.password,) if self.mqtt.password else ())
+        servers = tuple(secret for server in self.mcp.values() for secret in server.secrets())
+        return keys + devices + servers + ((self.mqtt.password,) if self.mqtt.password else ())

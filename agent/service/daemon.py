@@ -1,6 +1,7 @@
 """`homeagent serve`: the daemon, where the parts are wired. It builds the
 center (agent/core/center.py) with the runner, the toolbox with its tool
-providers (the devices that have tools, the Home Assistant tool), the
+providers (the devices that have tools, the Home Assistant tool, the MCP
+servers), the
 device hub, and the doors (the socket API, Wyoming, MQTT, the microphone), and adds the
 center's listeners in their stated order: the socket's subscribers, the
 device hub, the MQTT board. One trio nursery holds the doors (and through
@@ -202,6 +203,11 @@ class _Daemon:
         for provider in self.devices.providers():
             self.toolbox.add(provider)
         self.tool_providers = [spec.build() for spec in config.tool_providers.values()]
+        # MCP servers last: their tools never shadow a device's or Home Assistant's
+        if config.mcp:
+            from agent.tools.mcp.provider import McpServer
+
+            self.tool_providers += [McpServer(server) for server in config.mcp.values()]
         for provider in self.tool_providers:
             self.toolbox.add(provider)
         self.runner = Runner(store, client, upstreams_of(config), config.default_provider,
@@ -312,7 +318,10 @@ class _Daemon:
                                **self.runner.health.snapshot(name, entry.provider.model)}
                               for name, entry in config.providers.items()],
                 "devices": self.devices.status(),
-                "tool_providers": [provider.status() for provider in self.tool_providers],
+                "tool_providers": [provider.status() for provider in self.tool_providers
+                                   if provider.kind != "mcp"],
+                "mcp": [provider.status() for provider in self.tool_providers
+                        if provider.kind == "mcp"],
                 "wyoming": self.wyoming.status() if self.wyoming is not None else None,
                 "mqtt": self.mqtt.status() if self.mqtt is not None else None,
                 "voice": self.voice.status() if self.voice is not None else None,
@@ -368,7 +377,7 @@ class _Daemon:
         for key in ("socket", "socket_mode", "socket_group", "state_directory"):
             if getattr(new.daemon, key) != getattr(old.daemon, key):
                 log.warning("reload: daemon.%s changed; it takes effect at the next start", key)
-        if _device_settings(new) != _device_settings(old):
+        if _device_settings(new) != _device_settings(old) or new.mcp != old.mcp:
             log.warning("reload: the devices or tool providers changed; they take effect at "
                         "the next start")
         self.config = new

@@ -353,6 +353,8 @@ class Runner:
         said gets the text of each delta sent."""
         provider = upstream.provider
         streaming = self._streaming
+        if self.tools:
+            await self.tools.prepare()  # a server started at the first ask offers its tools
         tools = self.tools.tools() if self.tools else []
         outcomes: dict[int, ToolOutcome] = {}
         completed = 0  # calls of this answer completed so far

@@ -13,9 +13,12 @@ is given, holds the providers in the order the daemon added them:
   that do not match the tool's schema, a provider that is down, a timeout,
   a ToolError and a bug in a provider each become an error result for the
   model, naming why, and nothing runs where nothing may. The calls of one
-  provider run one at a time, in the order asked (the timeout starts when
+  provider run one at a time (or max_concurrent at a time, for a provider
+  that says so: an MCP server), in the order asked (the timeout starts when
   the call's turn comes): many calls at once never make a device run many
   programs or commands at once.
+- prepare(): before a request, each provider that has a prepare() may get
+  ready for it (an MCP server started at the first ask), all at once.
   Every outcome is masked (_run, the one place each result passes): the
   configured secrets (agent/masking.py) and the provider's own (its
   secrets(), if it has one) never reach the model or the history, even
@@ -74,15 +77,26 @@ class ToolProvider(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
+    # Optional: max_concurrent (int), the calls it takes at once (1 without
+    # it); async prepare(), run before each model request that offers tools.
+
 
 class Toolbox:
     def __init__(self) -> None:
         self._providers: list[ToolProvider] = []
-        self._turns: dict[int, trio.Lock] = {}  # id(provider) -> its FIFO turn
+        # id(provider) -> its turns, taken in FIFO order (trio's are fair)
+        self._turns: dict[int, trio.Semaphore] = {}
 
     def add(self, provider: ToolProvider) -> None:
         self._providers.append(provider)
-        self._turns[id(provider)] = trio.Lock()
+        self._turns[id(provider)] = trio.Semaphore(getattr(provider, "max_concurrent", 1))
+
+    async def prepare(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for provider in self._providers:
+                prepare = getattr(provider, "prepare", None)
+                if prepare is not None:
+                    nursery.start_soon(prepare)
 
     def __bool__(self) -> bool:
         return bool(self._providers)
