@@ -30,7 +30,10 @@ def _import(module: str):
 
 
 class Detector:
-    """16 kHz 16-bit mono bytes in; the index of the wake word heard, or None."""
+    """16 kHz 16-bit mono bytes in; the index of the wake word heard, or
+    None; `probability`: the model's at that detection (the mean of its
+    sliding window as it passed the cutoff), which the boards that heard
+    the same utterance compare (agent/mqtt/claims.py)."""
 
     def __init__(self, models: Sequence[str]) -> None:
         mww = _import("pymicro_wakeword")
@@ -39,17 +42,18 @@ class Detector:
                         else mww.MicroWakeWord.from_config(model) for model in models]
         self._cutoffs = [model.probability_cutoff for model in self._models]
         self._features = mww.MicroWakeWordFeatures()
+        self.probability = 0.0
 
     def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
         """cutoff: a probability each model must reach, when above its own
         (the board speaks: barge-in's raised threshold)."""
         heard = None
-        for model, own in zip(self._models, self._cutoffs):
-            model.probability_cutoff = own if cutoff is None else max(own, cutoff)
+        cutoffs = [own if cutoff is None else max(own, cutoff) for own in self._cutoffs]
         for features in self._features.process_streaming(pcm):
             for index, model in enumerate(self._models):
-                if model.process_streaming(features) and heard is None:
-                    heard = index
+                probability = model.process_streaming_prob(features)
+                if heard is None and probability is not None and probability > cutoffs[index]:
+                    heard, self.probability = index, probability
         return heard
 
     def reset(self) -> None:
