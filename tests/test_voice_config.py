@@ -41,6 +41,7 @@ wake = ["okay_nabu",
 silence_seconds = 1.2
 follow_up = "always"
 follow_up_seconds = 6
+arbitration_window = 0.3
 """.replace("'", '"'))
     assert config.enabled and config.source.kind == "program"
     assert config.source.format.rate == 48000 and config.source.format.channels == 2
@@ -50,6 +51,14 @@ follow_up_seconds = 6
         ("okay_nabu", None, None, None), ("alexa", "alexa-talk", "local", "fr")]
     assert config.session == "kitchen" and config.limits.silence_seconds == 1.2
     assert config.follow_up == "always" and config.follow_up_seconds == 6
+    assert config.arbitration_window == 0.3
+
+
+def test_the_arbitration_window_defaults_and_zero_turns_it_off():
+    table = ('source = "wyoming"\naddress = "tcp://mic:10600"\nasr = "tcp://h:1"\n'
+             'wake = ["alexa"]\n')
+    assert voice(table).arbitration_window == 0.15
+    assert voice(table + "arbitration_window = 0\n").arbitration_window == 0
 
 
 def test_wake_words_of_a_wake_server_beside_those_in_process():
@@ -120,6 +129,12 @@ wake = [
     ('asr = "tcp://h:1"\nwake = [{ model = "alexa", language = 2 }]\n', "voice.wake.language",
      "expected a string"),
     ('asr = "tcp://h:1"\nwake = ["hey_siri"]\n', "voice.wake.model", "server = true"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\narbitration_window = 5\n',
+     "voice.arbitration_window", "between 0 and 2"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\narbitration_window = -0.1\n',
+     "voice.arbitration_window", "between 0 and 2"),
+    ('asr = "tcp://h:1"\nwake = ["alexa"]\narbitration_window = "fast"\n',
+     "voice.arbitration_window", "expected a number"),
 ])
 def test_mistakes_are_named(text, key, problem):
     with pytest.raises(ConfigError) as caught:

@@ -311,8 +311,10 @@ async def test_wake_words_in_process_and_on_the_server_are_heard_side_by_side(se
         nursery.start_soon(detectors.run)
         await until(lambda: detectors.status()["state"] == "streaming", "connected")
         assert await hear(detectors, wake) == 1
+        assert detectors.probability == 1.0   # the server tells none: it counts as sure
         detectors.reset()
         assert await hear(detectors, silence(0.5) + espeak("alexa") + silence(1.0)) == 0
+        assert 0.5 < detectors.probability < 1.0   # the model's own
         nursery.cancel_scope.cancel()
     assert server.entries("detect")[0] == ["ok_nabu"]
 

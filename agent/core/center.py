@@ -12,6 +12,8 @@ A door builds a command (agent/core/commands.py) and hands it here:
   on another board.
 - stop(): barge-in; stops the chosen asks, silences the speech devices,
   and returns once the stopped asks' model streams are closed.
+- claim_utterance(): whether this board answers a wake word it heard, or
+  another board on the broker that heard it too.
 - notice(): a reply of no ask (a device's state), to every listener.
 
 Listeners are registered by agent/service/daemon.py in this order: the
@@ -70,6 +72,8 @@ class Boards(Protocol):
     def check_board(self, board: str) -> None: ...
 
     def announce_on(self, board: str, text: str, device: str | None) -> list[str]: ...
+
+    async def claim(self, wake: str, probability: float, window: float) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -196,6 +200,15 @@ class Center:
                           "no MQTT broker ([mqtt] is not configured)")
         self.boards.check_board(board)
         return self.boards
+
+    async def claim_utterance(self, wake: str, probability: float, window: float) -> bool:
+        """Whether this board answers an utterance it heard (its wake word,
+        at probability): the boards on the broker that heard it too agree on
+        one within window seconds (agent/mqtt/claims.py). True at once
+        without [mqtt]."""
+        if self.boards is None:
+            return True
+        return await self.boards.claim(wake, probability, window)
 
     async def stop(self, command: StopAsks) -> replies.Stopped | None:
         """Stop the chosen asks and silence the speech devices; None when

@@ -27,6 +27,14 @@ go out after the reconnect, as far as the queue holds them.
 The session's state (packet ids, the in-flight window and its resend, the
 keepalive, the inbound QoS 1 and 2) is session.py's sans-IO Session; this
 shell moves bytes between it and the stream and does what it says.
+
+One board answers per house: claim() publishes the voice door's claim of
+an utterance on the house's claim topic and waits the window for the
+others' (the rule is claims.py's Arbiter). Claims are QoS 0, sent at once
+beside the queue (a claim late by a queue of answers is worthless) and
+never kept for a later connection; a bad one is counted and logged,
+throttled, never answered on the error topic (a flood would reach every
+board's).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from agent.core.center import Center
 from agent.core.commands import Announce, Ask, Door, Origin, Refused, StopAsks
 from agent.core.edge import outgoing
 from agent.core.throttled import Throttled
-from agent.mqtt import codec, messages
+from agent.mqtt import claims, codec, messages
 from agent.mqtt.config import MqttConfig
 from agent.mqtt.discovery import discovery_messages
 from agent.mqtt.session import Connected, Deliver, Lost, Send, Session, SubscriptionRefused
@@ -88,6 +96,7 @@ class MqttService:
         self._ids = itertools.count(1)
         wanted = [(topic, 2) for topic in self.topics.commands()]
         wanted.append((self.topics.every_availability, 1))
+        wanted.append((self.topics.house_claim, 0))
         if config.discovery:
             wanted.append((f"{config.discovery_prefix}/status", 1))
         self.session = Session(
@@ -107,6 +116,12 @@ class MqttService:
         self._nursery: trio.Nursery | None = None
         self.boards: dict[str, bool] = {}  # board -> online, from their availability
         self._elsewhere: dict[int, messages.SpokenElsewhere] = {}  # of asks with speak_on
+        self.arbiter = claims.Arbiter(config.board)
+        self.claim_counts = {"sent": 0, "won": 0, "lost": 0, "received": 0, "refused": 0}
+        self._claims_in = trio.lowlevel.ParkingLot()   # claim() waits here for others'
+        self._claim_log = Throttled(log)
+        # the connection's nursery and stream, while connected: a claim is sent on it
+        self._link: tuple[trio.Nursery, _Serialised] | None = None
 
     @property
     def where(self) -> str:
@@ -126,7 +141,8 @@ class MqttService:
             "duplicates": self.session.duplicates,
             "in_flight": len(self.session.in_flight), "asks": self.asks,
             "active": self._active_asks(trio.current_time()), "state": self.state,
-            "boards_online": sorted(b for b, online in self.boards.items() if online)})
+            "boards_online": sorted(b for b, online in self.boards.items() if online),
+            "claims": {**self.claim_counts, "kept": len(self.arbiter.kept)}})
 
     # ---- the connection ----
 
@@ -190,9 +206,11 @@ class MqttService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write, stream)
                 nursery.start_soon(self._keepalive, stream)
+                self._link = nursery, stream
                 while True:
                     await self._receive(stream)
         except BaseException as exc:
+            self._link = None
             problem = _failure(exc)
             if problem is not None:
                 raise problem from None
@@ -303,6 +321,9 @@ class MqttService:
                 log.info("mqtt: Home Assistant is online: discovery configs again")
                 for topic, payload in self._discovery():
                     self._queue(topic, payload, retain=True)
+            return
+        if topic == topics.house_claim:
+            self._claim_received(packet)
             return
         kinds = {topics.ask: "ask", topics.house_ask: "ask", topics.announce: "announce",
                  topics.stop: "stop"}
@@ -447,6 +468,49 @@ class MqttService:
 
 
     # ---- the other boards ----
+
+    def _claim_received(self, packet) -> None:
+        try:
+            if packet.retain:
+                raise claims.BadClaim("retained: a claim is for the moment it is heard")
+            if isinstance(packet, codec.Oversized):
+                raise claims.BadClaim(f"{packet.size} bytes")
+            claim = self.arbiter.receive(packet.payload, trio.current_time())
+        except claims.BadClaim as error:
+            self.claim_counts["refused"] += 1
+            self._claim_log.note("mqtt: %s: not a claim: %s", self.topics.house_claim,
+                                 outgoing(str(error)))
+            return
+        if claim is not None:
+            self.claim_counts["received"] += 1
+            self._claims_in.unpark_all()
+
+    async def claim(self, wake: str, probability: float, window: float) -> bool:
+        """Whether this board answers the utterance it heard: the boards that
+        heard it too agree on one (claims.py). True at once when no other
+        board is online, or the broker cannot be reached now."""
+        link = self._link
+        if link is None:
+            log.info("mqtt: %s answered here without a claim: not connected to the broker "
+                     "%s (%s)", wake, self.where, outgoing(self.last_error or "connecting"))
+            return True
+        if not any(up for board, up in self.boards.items() if board != self.config.board):
+            return True
+        nursery, stream = link
+        own = self.arbiter.claim(wake, probability, window, trio.current_time())
+        nursery.start_soon(stream.send_all, codec.publish(self.topics.house_claim, own.payload()))
+        self.claim_counts["sent"] += 1
+        while isinstance(verdict := self.arbiter.decide(trio.current_time()), claims.Wait):
+            with trio.move_on_at(verdict.until):
+                await self._claims_in.park()
+        if isinstance(verdict, claims.Lost):
+            self.claim_counts["lost"] += 1
+            log.info("mqtt: %s (%.3f) is answered by board %s (%.3f)", wake, own.probability,
+                     verdict.winner.board, verdict.winner.probability)
+            return False
+        self.claim_counts["won"] += 1
+        log.info("mqtt: %s (%.3f) is answered here", wake, own.probability)
+        return True
 
     def check_board(self, board: str) -> None:
         """Refused unless board can be reached now."""

@@ -52,6 +52,11 @@ class Topics:
         return f"$share/{self.prefix}/{self.house_ask}"
 
     @property
+    def house_claim(self) -> str:
+        """Where boards that heard a wake word claim the utterance (claims.py)."""
+        return f"{self.prefix}/{HOUSE}/claim"
+
+    @property
     def every_availability(self) -> str:
         """Every board's availability: which boards are online."""
         return f"{self.prefix}/+/availability"

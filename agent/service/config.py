@@ -83,7 +83,7 @@ _VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "
                "connect_timeout", "answer_timeout", "session", "provider", "start_seconds",
                "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
                "follow_up_seconds", "error_text", "speech_tail", "barge_in",
-               "barge_in_threshold", "wake_server")
+               "barge_in_threshold", "wake_server", "arbitration_window")
 _WAKE_KEYS = ("model", "session", "provider", "language", "server")
 MAX_WAKE_NAME = 100   # a wake server's name for a wake word
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
@@ -320,7 +320,7 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         return VoiceConfig()
     from agent.session.store import check_session_id
     from agent.voice.audio import Format
-    from agent.voice.config import BUILTIN, SourceConfig, WakeWord
+    from agent.voice.config import BUILTIN, MAX_ARBITRATION_WINDOW, SourceConfig, WakeWord
     from agent.voice.endpoint import Limits
 
     def session_of(reader, key: str, default):
@@ -413,7 +413,9 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         follow_up_seconds=table.number("follow_up_seconds", 5.0, 0.5, 60),
         error_text=error_text, speech_tail=table.number("speech_tail", 0.5, 0, 10),
         barge_in=table.get("barge_in", bool, True),
-        barge_in_threshold=table.number("barge_in_threshold", 0.9, 0.01, 0.999))
+        barge_in_threshold=table.number("barge_in_threshold", 0.9, 0.01, 0.999),
+        arbitration_window=table.number("arbitration_window", 0.15, 0,
+                                        MAX_ARBITRATION_WINDOW))
 
 
 def _address(table: Table, key: str, value: str) -> tuple[str, str, int]:

@@ -10,6 +10,7 @@ from agent.voice.endpoint import Limits
 
 # the wake words in pymicro-wakeword's wheel (agent/voice/wake.py)
 BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
+MAX_ARBITRATION_WINDOW = 2.0   # seconds; agent/mqtt/claims.py's MAX_WINDOW
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,6 @@ class VoiceConfig:
     barge_in: bool = True         # the wake word heard over the board's speech stops it
     barge_in_threshold: float = 0.9   # the wake word's probability needed over its speech
     max_speaking_seconds: float = 300.0
+    # seconds the boards on the broker that heard a wake word take to agree on
+    # the one that answers (agent/mqtt/claims.py); 0: this board answers alone
+    arbitration_window: float = 0.15

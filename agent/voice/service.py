@@ -34,6 +34,13 @@ An ASR failure (asr.AsrError: unreachable, stalled, error, closed,
 garbage) is logged and said briefly on the speech devices (error_text),
 or only logged when no speech device takes it.
 
+One board answers per house: every wake word heard (in idle, or over the
+board's speech as a barge-in, whose stop comes first: every board that
+heard it goes quiet) is claimed through the center, and a board that
+loses to another (agent/mqtt/claims.py: the highest probability) goes
+back to idle without listening. A follow-up, heard without a wake word,
+is not claimed: the board that answered listens on alone.
+
 Without barge-in, frames the microphone gives while the board thinks or
 speaks are dropped as they come (not buffered: they hold the board's own
 speech); a change of state drops what was buffered, but into listening;
@@ -84,7 +91,7 @@ class VoiceService:
         self.since = time.monotonic()
         self.counts = {"wakes": 0, "follow_ups": 0, "asks": 0, "nothing_heard": 0,
                        "asr_errors": 0, "dropped_frames": 0, "barge_ins": 0,
-                       "frames_over_speech": 0}
+                       "frames_over_speech": 0, "lost_to_another_board": 0}
         self.last_error: str | None = None
         self.last_transcript: str | None = None
 
@@ -128,6 +135,8 @@ class VoiceService:
                     wake, self._barged = self._barged, None
                 elif not follow_up:
                     wake = await self.wait_for_wake()
+                if not follow_up and not await self._claimed(wake):
+                    continue
                 follow_up = await self.hear(wake, follow_up)
 
     async def wait_for_wake(self) -> WakeWord:
@@ -163,6 +172,17 @@ class VoiceService:
                          " over the board's speech" if over_speech else "")
                 return wake, over_speech
         raise RuntimeError("the microphone's channel closed")  # never: the service holds it
+
+    async def _claimed(self, wake: WakeWord) -> bool:
+        """Whether this board answers the wake word just heard, not another
+        board that heard it too."""
+        window = self.config.arbitration_window
+        if not window or await self.center.claim_utterance(wake.name, self.detector.probability,
+                                                           window):
+            return True
+        self.counts["lost_to_another_board"] += 1
+        log.info("voice: %s is answered by another board", wake.name)
+        return False
 
     async def _barge_in(self, wake: WakeWord) -> None:
         """Stop every ask and silence the speech devices (the module says why)."""

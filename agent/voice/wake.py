@@ -33,7 +33,10 @@ def _import(module: str):
 
 
 class Detector:
-    """16 kHz 16-bit mono bytes in; the index of the wake word heard, or None."""
+    """16 kHz 16-bit mono bytes in; the index of the wake word heard, or
+    None; `probability`: the model's at that detection (the mean of its
+    sliding window as it passed the cutoff), which the boards that heard
+    the same utterance compare (agent/mqtt/claims.py)."""
 
     def __init__(self, models: Sequence[str]) -> None:
         mww = _import("pymicro_wakeword")
@@ -42,17 +45,18 @@ class Detector:
                         else mww.MicroWakeWord.from_config(model) for model in models]
         self._cutoffs = [model.probability_cutoff for model in self._models]
         self._features = mww.MicroWakeWordFeatures()
+        self.probability = 0.0
 
     def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
         """cutoff: a probability each model must reach, when above its own
         (the board speaks: barge-in's raised threshold)."""
         heard = None
-        for model, own in zip(self._models, self._cutoffs):
-            model.probability_cutoff = own if cutoff is None else max(own, cutoff)
+        cutoffs = [own if cutoff is None else max(own, cutoff) for own in self._cutoffs]
         for features in self._features.process_streaming(pcm):
             for index, model in enumerate(self._models):
-                if model.process_streaming(features) and heard is None:
-                    heard = index
+                probability = model.process_streaming_prob(features)
+                if heard is None and probability is not None and probability > cutoffs[index]:
+                    heard, self.probability = index, probability
         return heard
 
     def reset(self) -> None:
@@ -65,7 +69,9 @@ class Detector:
 class Detectors:
     """Every wake word of [voice], heard by index into config.wake: those in
     process by one Detector, the wake server's by one ServerDetector; run()
-    is the server's connection (nothing without one)."""
+    is the server's connection (nothing without one). `probability`: the
+    last detection's; a server tells none, so its detections count as 1.0
+    (it was sure enough) when boards compare claims."""
 
     def __init__(self, config: VoiceConfig, capacity: int,
                  on_failure: Callable[[WakeError], None]) -> None:
@@ -78,17 +84,18 @@ class Detectors:
             connect_timeout=config.connect_timeout, stall_timeout=config.answer_timeout,
             max_delay=config.source.restart_max_delay, capacity=capacity,
             on_failure=on_failure) if self._remote else None
+        self.probability = 0.0
 
     def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
         """cutoff: as Detector's, for the models in process; a server gives
         no probability, so its own threshold holds over the board's speech too."""
         heard = self.local.feed(pcm, cutoff) if self.local is not None else None
         if heard is not None:
-            heard = self._local[heard]
+            heard, self.probability = self._local[heard], self.local.probability
         if self.server is not None:
             remote = self.server.feed(pcm)
             if heard is None and remote is not None:
-                heard = self._remote[remote]
+                heard, self.probability = self._remote[remote], 1.0
         return heard
 
     def reset(self) -> None:
