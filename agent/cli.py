@@ -182,6 +182,19 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 @_client_command
+def _timers(args: argparse.Namespace) -> int:
+    from agent.cli_render import format_timers
+
+    reply = _one_reply(args, "timers", **({"cancel": args.id} if args.action == "cancel"
+                                          else {}))
+    if reply is None:
+        return 1
+    if not args.json:
+        print(format_timers(reply))
+    return 0
+
+
+@_client_command
 def _reload(args: argparse.Namespace) -> int:
     from agent.service import reload
 
@@ -253,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     stop.add_argument("--session", help="only the asks of this session (default: every ask, "
                       "and whatever the speech devices say)")
     stop.set_defaults(func=_stop)
+
+    timers = sub.add_parser("timers", parents=[client], help="the timers and reminders "
+                            "set (list), or cancel one by its id")
+    actions = timers.add_subparsers(dest="action")
+    actions.add_parser("list", help="every timer and reminder, the soonest first")
+    cancel = actions.add_parser("cancel", help="cancel a timer or reminder")
+    cancel.add_argument("id", help="its id, such as t3 (from the list)")
+    timers.set_defaults(func=_timers)
 
     from agent.service.reload import DEFAULT_TIMEOUT
 
