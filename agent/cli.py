@@ -185,6 +185,11 @@ def _stop(args: argparse.Namespace) -> int:
 def _timers(args: argparse.Namespace) -> int:
     from agent.cli_render import format_timers
 
+    if (args.action == "cancel") != (args.id is not None):
+        print("homeagent: timers cancel takes one id, such as t3; timers list none",
+              file=sys.stderr)
+        return 2
+
     reply = _one_reply(args, "timers", **({"cancel": args.id} if args.action == "cancel"
                                           else {}))
     if reply is None:
@@ -268,11 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     stop.set_defaults(func=_stop)
 
     timers = sub.add_parser("timers", parents=[client], help="the timers and reminders "
-                            "set (list), or cancel one by its id")
-    actions = timers.add_subparsers(dest="action")
-    actions.add_parser("list", help="every timer and reminder, the soonest first")
-    cancel = actions.add_parser("cancel", help="cancel a timer or reminder")
-    cancel.add_argument("id", help="its id, such as t3 (from the list)")
+                            "set, the soonest first (list), or cancel one by its id")
+    timers.add_argument("action", nargs="?", choices=("list", "cancel"), default="list")
+    timers.add_argument("id", nargs="?", help="with cancel: its id, such as t3")
     timers.set_defaults(func=_timers)
 
     from agent.service.reload import DEFAULT_TIMEOUT

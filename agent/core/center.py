@@ -239,8 +239,8 @@ class Center:
             for stop, _ in chosen:
                 await stop.closed.wait()
         seconds = trio.current_time() - began
-        log.info("%s: stopped %d asks, %d ringing timers and silenced %s in %.3f s",
-                 command.who, len(chosen), rang, ", ".join(silenced) or "no device", seconds)
+        log.info("%s: stopped %d asks and silenced %s in %.3f s", command.who, len(chosen),
+                 ", ".join(silenced) or "no device", seconds)
         return masked(replies.Stopped(tuple(origin.request for _, origin in chosen),
                                       tuple(silenced), round(seconds, 4)))
 

@@ -254,7 +254,7 @@ class Ok(Reply):
     forgotten: bool | None = None   # forget's answer only
 
 
-@_reply("timers")
+@_reply("timers", omitted_when_none=("cancelled",))
 class Timers(Reply):
     """The timers and reminders set, the soonest first, and the one this
     request cancelled."""
