@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 
-
 from conftest import timeout
 from daemon_harness import REPO, Daemon, child_env, toml_value
 from mosquitto import broker  # noqa: F401 (a fixture)

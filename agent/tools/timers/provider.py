@@ -75,6 +75,7 @@ TOOLS = (
                                                       "pattern": "^t[0-9]{1,10}$"}},
               "required": ["id"], "additionalProperties": False}),
 )
+TOOL_NAMES = tuple(tool.name for tool in TOOLS)
 
 NextWatcher = Callable[[dict], None]
 
