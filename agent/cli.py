@@ -182,6 +182,24 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 @_client_command
+def _timers(args: argparse.Namespace) -> int:
+    from agent.cli_render import format_timers
+
+    if (args.action == "cancel") != (args.id is not None):
+        print("homeagent: timers cancel takes one id, such as t3; timers list none",
+              file=sys.stderr)
+        return 2
+
+    reply = _one_reply(args, "timers", **({"cancel": args.id} if args.action == "cancel"
+                                          else {}))
+    if reply is None:
+        return 1
+    if not args.json:
+        print(format_timers(reply))
+    return 0
+
+
+@_client_command
 def _reload(args: argparse.Namespace) -> int:
     from agent.service import reload
 
@@ -253,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     stop.add_argument("--session", help="only the asks of this session (default: every ask, "
                       "and whatever the speech devices say)")
     stop.set_defaults(func=_stop)
+
+    timers = sub.add_parser("timers", parents=[client], help="the timers and reminders "
+                            "set, the soonest first (list), or cancel one by its id")
+    timers.add_argument("action", nargs="?", choices=("list", "cancel"), default="list")
+    timers.add_argument("id", nargs="?", help="with cancel: its id, such as t3")
+    timers.set_defaults(func=_timers)
 
     from agent.service.reload import DEFAULT_TIMEOUT
 

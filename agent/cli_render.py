@@ -204,6 +204,25 @@ def format_sessions(reply: dict[str, Any]) -> str:
                      for s in sessions)
 
 
+def format_timers(reply: dict[str, Any]) -> str:
+    """A `timers` reply: one line a timer, the soonest first."""
+    lines = []
+    cancelled = reply.get("cancelled")
+    if cancelled:
+        lines.append(f"cancelled {cancelled['kind']} {cancelled['id']} ({cancelled['label']})")
+    for timer in reply["timers"]:
+        where = f" on board {timer['board']}" if timer["board"] else ""
+        lines.append(f"{timer['id']}  {timer['kind']:8}  {timer['at']}  in "
+                     f"{_remaining(timer['remaining'])}{where}  {timer['label']}")
+    return "\n".join(lines) or "no timers"
+
+
+def _remaining(seconds: float) -> str:
+    minutes, second = divmod(round(seconds), 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{hours}:{minute:02}:{second:02}" if hours else f"{minute}:{second:02}"
+
+
 def format_history(reply: dict[str, Any]) -> str:
     turns = reply.get("turns", [])
     if not turns:

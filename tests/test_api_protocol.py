@@ -236,6 +236,7 @@ OPERATION_FIELDS: dict[str, dict[str, Field]] = {
                  "board": Field(False, "hall", 4, _STRING, _TEXT)},
     "stop": {"session": Field(False, "kitchen", 1, _STRING, _TEXT),
              "mine": Field(False, True, "yes", _BOOL, st.booleans())},
+    "timers": {"cancel": Field(False, "t3", 3, _STRING, _TEXT)},
 }
 ALL_FIELDS = sorted({name for fields in OPERATION_FIELDS.values() for name in fields})
 
@@ -373,7 +374,7 @@ def test_the_id_is_checked_before_the_op():
     assert parsed({"id": 1.5}) == BAD_ID
 
 
-KNOWN = "ask, cancel, status, subscribe, sessions, history, forget, announce, stop"
+KNOWN = "ask, cancel, status, subscribe, sessions, history, forget, announce, stop, timers"
 
 
 @pytest.mark.parametrize(("op", "shown"), [

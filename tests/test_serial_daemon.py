@@ -28,6 +28,7 @@ from agent import __version__
 from agent.devices.serial_protocol import unescape
 from agent.mock_llm.scripts import (CHINESE, EMOJI, ENGLISH, GERMAN, NO_SWITCH_TOOL, REASONED,
                                     REASONING, confirmation)
+from agent.tools.timers.provider import TOOL_NAMES as TIMER_TOOLS  # on by default
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, ask_text, toml_value
 from helpers import of_type
@@ -309,7 +310,7 @@ def test_status_of_a_connected_board(served):
     daemon, board = served
     board.wait_for(lambda lines: lines, "the daemon's HELLO")
     reply, device = status(daemon)
-    assert reply["tools"] == ["set_relay"]
+    assert reply["tools"] == ["set_relay", *TIMER_TOOLS]
     assert device["state"] == "running" and device["restarts"] == 0
     assert device["last_error"] is None and device["tools"] == ["set_relay"]
     assert device["port"] == str(board.link) and device["connected"] is True
@@ -471,13 +472,13 @@ def test_a_board_unplugged_mid_stream_and_plugged_back(tmp_path, mock, board):
         reply, device = wait_state(daemon, "failed", "unplugged")
         assert device["last_error"] and device["connected"] is False
         assert device["dropped"] >= 1  # at least the answer's DONE
-        assert reply["tools"] == []
+        assert reply["tools"] == list(TIMER_TOOLS)
         wait_until(lambda: status(daemon)[1]["restarts"] >= 2, "a restart that failed to open")
 
         board.plug()
         board.wait_for(lambda lines: lines == [HELLO], "HELLO on the new pty")
         reply, device = wait_state(daemon, "running", "plugged back")
-        assert device["connected"] is True and reply["tools"] == ["set_relay"]
+        assert device["connected"] is True and reply["tools"] == ["set_relay", *TIMER_TOOLS]
         subscriber.wait_for(lambda rs: [r for r in rs if r["type"] == "device"][-1]["state"]
                             == "running", "a device running event")
         assert subscriber.device_events("running")[-1] == \
@@ -599,7 +600,7 @@ def test_a_board_unplugged_at_start(tmp_path, mock, board):
         assert device["state"] in ("failed", "starting") and device["connected"] is False
         assert device["last_error"].startswith("SerialException: ")
         assert str(board.link) in device["last_error"]
-        assert reply["tools"] == []
+        assert reply["tools"] == list(TIMER_TOOLS)
 
         mock.clear()
         with daemon.client() as client:
@@ -607,12 +608,13 @@ def test_a_board_unplugged_at_start(tmp_path, mock, board):
         assert not of_type(replies, "tool_call")
         assert_intact(replies, NO_SWITCH_TOOL)
         [request] = mock.requests()
-        assert not request["body"].get("tools")  # the tool was not offered
+        offered = [tool["function"]["name"] for tool in request["body"].get("tools", [])]
+        assert offered == sorted(TIMER_TOOLS)  # the board's tool was not offered
 
         board.plug()
         board.wait_for(lambda lines: lines == [HELLO], "HELLO once plugged in")
         reply, device = wait_state(daemon, "running", "plugged in")
-        assert reply["tools"] == ["set_relay"] and device["restarts"] >= 1
+        assert reply["tools"] == ["set_relay", *TIMER_TOOLS] and device["restarts"] >= 1
 
         with daemon.client() as client:
             _, replies = ask_text(client, SWITCH)

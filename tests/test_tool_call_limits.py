@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from agent.tools.timers.provider import TOOL_NAMES as TIMER_TOOLS  # on by default
 from conftest import timeout
 from daemon_harness import Daemon, command_device
 from helpers import of_type
@@ -65,7 +66,7 @@ def test_300_calls_in_one_answer_run_at_most_max_tool_calls(tmp_path, mock):
         assert replies[-1]["type"] == "done" and replies[-1]["steps"] == 2
         assert log.read_text().splitlines() == ["run"] * 8
         with daemon.client() as client:  # still serving
-            assert client.call("status")["tools"] == ["set_relay"]
+            assert client.call("status")["tools"] == ["set_relay", *TIMER_TOOLS]
     finally:
         assert daemon.stop() == 0, daemon.log()
 

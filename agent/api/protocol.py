@@ -51,6 +51,7 @@ _OPERATIONS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "announce": {"text": ((str,), True), "device": ((str,), False),
                  "board": ((str,), False)},
     "stop": {"session": ((str,), False), "mine": ((bool,), False)},
+    "timers": {"cancel": ((str,), False)},
 }
 OPERATIONS = tuple(_OPERATIONS)
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false"}

@@ -58,6 +58,9 @@ from agent.core.accept import accept_loop
 from agent.core.center import Cancel, Center
 from agent.core.commands import Announce, Ask, Door, Refused, StopAsks
 from agent.core.edge import masked, outgoing
+from agent.tools.timers.provider import TimerTools
+from agent.tools.timers.schedule import UnknownTimer
+from agent.tools.timers.store import TimerStoreError
 from agent.core.replies import ErrorCode, RequestId
 from agent.core.statistics import ActiveAsk, Outcome, Statistics
 from agent.core.throttled import Throttled
@@ -283,11 +286,13 @@ class ApiServer:
 
     def __init__(self, center: Center, *, server_name: str, access: Access = Access(),
                  limits: Limits = Limits(),
-                 status_extra: Callable[[], dict[str, Any]] = dict) -> None:
+                 status_extra: Callable[[], dict[str, Any]] = dict,
+                 timers: TimerTools | None = None) -> None:
         self.center = center
         self.runner = center.runner
         self.server_name = server_name
         self.status_extra = status_extra
+        self.timers = timers
         self.subscribers = Subscribers()
         self._access = access
         self._limits = limits
@@ -583,6 +588,8 @@ class ApiServer:
             nursery.start_soon(self._announce, conn, request)
         elif request.op == "status":
             conn.send(reply_line(self._status(), request.id))
+        elif request.op == "timers":
+            conn.send(reply_line(self._timers(request), request.id))
         elif request.op == "subscribe":
             self._subscribe(conn, Subscription(request.id, request.args.get("reasoning", True),
                                                conn.send, conn.send_piece))
@@ -720,6 +727,22 @@ class ApiServer:
                           request.op, request.id)
             reply = replies.internal_error("request")
         conn.send(reply_line(reply, request.id))
+
+    def _timers(self, request: Request) -> replies.Reply:
+        """List the timers, cancelling one first when asked (the file is
+        written before the reply says so)."""
+        if self.timers is None:
+            return replies.Error(ErrorCode.TIMERS_DISABLED, "this daemon has [timers] "
+                                 "enabled = false")
+        cancelled = None
+        if "cancel" in request.args:
+            try:
+                cancelled = self.timers.cancel(request.args["cancel"])
+            except UnknownTimer as exc:
+                return replies.Error(ErrorCode.UNKNOWN_TIMER, str(exc))
+            except TimerStoreError as exc:
+                return replies.Error(ErrorCode.STORAGE_ERROR, str(exc))
+        return replies.Timers(self.timers.listing(), cancelled)
 
     # ---- status and shutdown ----
 

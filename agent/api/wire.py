@@ -18,7 +18,7 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any, Mapping
 
 from agent.core.replies import (Announced, Delta, Done, Error, History, Ok, Reply, RequestId,
-                                Sessions, Status, Stopped)
+                                Sessions, Status, Stopped, Timers)
 from agent.jsonline import dump_line, dump_utf8
 
 PROTOCOL_VERSION = 1
@@ -26,7 +26,7 @@ PROTOCOL_VERSION = 1
 # The reply that ends a request, by operation; ask and subscribe stream until it.
 FINAL = {"ask": frozenset({Done.type, Error.type}), "subscribe": frozenset({Error.type})}
 FINAL_DEFAULT = frozenset({Status.type, Sessions.type, History.type, Ok.type, Announced.type,
-                           Stopped.type, Error.type})
+                           Stopped.type, Timers.type, Error.type})
 
 
 class _Unaddressed:

@@ -10,8 +10,9 @@ A door builds a command (agent/core/commands.py) and hands it here:
   the daemon stops gets shutting_down and is not counted.
 - announce(): speaks a text on the speech devices or, through the broker,
   on another board.
-- stop(): barge-in; stops the chosen asks, silences the speech devices,
-  and returns once the stopped asks' model streams are closed.
+- stop(): barge-in; stops the chosen asks, silences the speech devices
+  and, for a stop of everything, the ringing timers (alarms), and returns
+  once the stopped asks' model streams are closed.
 - claim_utterance(): whether this board answers a wake word it heard, or
   another board on the broker that heard it too.
 - notice(): a reply of no ask (a device's state), to every listener.
@@ -21,13 +22,18 @@ socket's subscribers (they see a reply first), the device hub (an answer's
 done queues its last sentences), the MQTT board (its state, read after
 the devices, says speaking rather than idle at that done).
 
-The center never imports a door or a device: speech (the hub) and boards
-(the MQTT service) are what the daemon gives it.
+The center never imports a door or a device: speech (the hub), boards
+(the MQTT service) and alarms (the timers) are what the daemon gives it.
+
+asking() is the Origin of the ask whose task calls it: a tool call runs in
+a task of its ask, so a tool provider (the timers) knows who asked without
+every provider's call_tool taking an argument most do not need.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -47,6 +53,13 @@ log = logging.getLogger("homeagent.center")
 STOP_WAIT = 2.0  # seconds a stop waits for the stopped asks' streams to close
 
 OnReply = Callable[[replies.Reply], Awaitable[Any]]
+_ASKING: contextvars.ContextVar[Origin] = contextvars.ContextVar("asking")
+
+
+def asking() -> Origin | None:
+    """The Origin of the ask running in this task (its tool calls'
+    tasks inherit it); None outside every ask."""
+    return _ASKING.get(None)
 
 
 class Listener(Protocol):
@@ -76,6 +89,13 @@ class Boards(Protocol):
     async def claim(self, wake: str, probability: float, window: float) -> bool: ...
 
 
+class Alarms(Protocol):
+    """What rings until stopped (agent/tools/timers/provider.py)."""
+
+    def silence(self) -> int:
+        """End every ring now; how many were ringing."""
+
+
 @dataclass(eq=False)
 class Cancel:
     """A door's own cancellation of one ask (the socket's `cancel`, its
@@ -94,6 +114,7 @@ class Center:
         self.counters = counters if counters is not None else Counters()
         self.speech: Speech | None = None
         self.boards: Boards | None = None
+        self.alarms: Alarms | None = None
         self._listeners: list[Listener] = []
         self._keys = itertools.count(1)
         self._accepting = True
@@ -150,6 +171,7 @@ class Center:
                 await listener.deliver(reply, origin)
 
         scope = cancel.scope if cancel is not None else contextlib.nullcontext()
+        asker = _ASKING.set(origin)
         try:
             with scope, self._running(stop, origin):
                 try:
@@ -165,6 +187,7 @@ class Center:
             outcome = Outcome.CANCELLED
             raise
         finally:
+            _ASKING.reset(asker)
             self.counters.ended(outcome)
         return outcome
 
@@ -218,9 +241,12 @@ class Center:
                   if command.chooses(origin)]
         for stop, _ in chosen:
             stop.stop()
+        # A ring is no ask and no session's: a stop of everything ends it,
+        # before the speech devices drop what it queued.
+        rang = self.alarms.silence() if self.alarms is not None and command.everything else 0
         silenced = self.speech.silence([origin for _, origin in chosen], command.everything) \
             if self.speech is not None else []
-        if not chosen and not silenced:
+        if not chosen and not silenced and not rang:
             return None
         with trio.move_on_after(STOP_WAIT):
             for stop, _ in chosen:

@@ -62,6 +62,8 @@ class ErrorCode(enum.StrEnum):
     TEXT_TOO_LONG = "text_too_long"
     UNKNOWN_BOARD = "unknown_board"
     BROKER_UNAVAILABLE = "broker_unavailable"
+    UNKNOWN_TIMER = "unknown_timer"
+    TIMERS_DISABLED = "timers_disabled"
 
 
 class Reply:
@@ -250,6 +252,14 @@ class History(Reply):
 @_reply("ok", omitted_when_none=("forgotten",))
 class Ok(Reply):
     forgotten: bool | None = None   # forget's answer only
+
+
+@_reply("timers", omitted_when_none=("cancelled",))
+class Timers(Reply):
+    """The timers and reminders set, the soonest first, and the one this
+    request cancelled."""
+    timers: list[Mapping[str, Any]]
+    cancelled: Mapping[str, Any] | None = None
 
 
 @_reply("announced")

@@ -19,11 +19,12 @@ EVENT_TYPES = ("answer", "tool_call")
 TEXT_MAX = 255  # Home Assistant's limit for a text entity's value
 
 
-def discovery_messages(config: MqttConfig, version: str = __version__
-                       ) -> list[tuple[str, bytes]]:
+def discovery_messages(config: MqttConfig, version: str = __version__, *,
+                       timers: bool = False) -> list[tuple[str, bytes]]:
     """(topic, payload) of every discovery config of config.board, payloads
     compact UTF-8 JSON, to be published retained at QoS 1. config is the
-    [mqtt] table (board, prefix, discovery_prefix are used)."""
+    [mqtt] table (board, prefix, discovery_prefix are used); timers: the
+    next timer's sensor too."""
     topics = Topics(config.prefix, config.board)
     board = config.board
     device = {"identifiers": [f"homeagent_{board}"], "name": f"homeagent {board}",
@@ -45,6 +46,11 @@ def discovery_messages(config: MqttConfig, version: str = __version__
         ("button", "stop", {"name": "Stop", "command_topic": topics.stop,
                             "payload_press": "{}", "icon": "mdi:stop"}),
     ]
+    if timers:  # a timestamp: Home Assistant shows when, and "unknown" for null
+        entities.append(("sensor", "next_timer", {
+            "name": "Next timer", "state_topic": topics.next_timer,
+            "device_class": "timestamp", "value_template": "{{ value_json.at }}",
+            "json_attributes_topic": topics.next_timer, "icon": "mdi:timer-outline"}))
     messages = []
     for component, object_id, fields in entities:
         payload = {**fields, "unique_id": f"homeagent_{board}_{object_id}",

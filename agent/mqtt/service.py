@@ -122,6 +122,7 @@ class MqttService:
         self._claim_log = Throttled(log)
         # the connection's nursery and stream, while connected: a claim is sent on it
         self._link: tuple[trio.Nursery, _Serialised] | None = None
+        self._next_timer: bytes | None = None  # retained payload; None: no timers here
 
     @property
     def where(self) -> str:
@@ -250,6 +251,8 @@ class MqttService:
         topics = self.topics
         head = [(topics.availability, b"online"), (topics.state, self._state_payload()),
                 *self._discovery()]
+        if self._next_timer is not None:
+            head.append((topics.next_timer, self._next_timer))
         await stream.send_all(b"".join(
             self.session.publish(topic, payload, retain=True, again=False)
             for topic, payload in head))
@@ -298,7 +301,16 @@ class MqttService:
         self._queued.unpark_all()
 
     def _discovery(self) -> list[tuple[str, bytes]]:
-        return discovery_messages(self.config, self.version) if self.config.discovery else []
+        return discovery_messages(self.config, self.version,
+                                  timers=self._next_timer is not None) \
+            if self.config.discovery else []
+
+    def show_next_timer(self, timer: dict | None) -> None:
+        """The soonest timer (agent/tools/timers), retained; its fields, or
+        every one null when none is set."""
+        shown = timer or dict.fromkeys(("id", "kind", "label", "at", "due", "board"))
+        self._next_timer = messages.encode(shown)
+        self._queue(self.topics.next_timer, self._next_timer, retain=True)
 
     # ---- what comes in ----
 

@@ -40,6 +40,7 @@ class Topics:
     tool_result = _own("tool_result")
     error = _own("error")
     event = _own("event")        # Home Assistant's event entity
+    next_timer = _own("next_timer")  # retained: the soonest timer or reminder
 
     @property
     def house_ask(self) -> str:

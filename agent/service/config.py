@@ -38,6 +38,8 @@ from agent.service.config_schema import Config, DaemonConfig, ProviderEntry, Ses
 from agent.settings.lines import syntax_error
 from agent.tools.mcp.config import McpConfig
 from agent.settings.reader import ConfigError, Source, Table, describe, is_toml
+from agent.tools.timers.config import MAX_RING_SECONDS, TimersConfig
+from agent.tools.timers.schedule import MAX_TIMERS, zone_named
 from agent.wyoming import framing as wyoming
 from agent.voice.config import VoiceConfig
 from agent.wyoming.config import WyomingConfig
@@ -63,13 +65,15 @@ MAX_DELTA_INTERVAL_MS = 1000
 MAX_ANNOUNCE_CHARS = 65536
 
 _ROOT_KEYS = ("default_provider", "daemon", "sessions", "providers", "devices", "mcp",
-              "wyoming", "mqtt", "voice")
+              "wyoming", "mqtt", "voice", "timers")
 _MCP_STDIO = ("argv", "env", "cwd")
 _MCP_HTTP = ("url", "headers", "token_env", "token_file")
 _MCP_KEYS = (*_MCP_STDIO, *_MCP_HTTP, "start", "allow", "deny", "timeout", "start_timeout",
              "max_result_bytes", "max_message_bytes", "max_concurrent", "restart_max_delay")
 MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the prefix of its tools' names
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TIMERS_KEYS = ("enabled", "max_timers", "ring_limit_seconds", "ring_interval_seconds",
+                "timezone")
 _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
               "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
               "max_asks", "deltas", "discovery", "discovery_prefix", "sessions")
@@ -149,6 +153,7 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
                              warnings),
                   voice=_voice(root.table("voice", _VOICE_KEYS), os.path.dirname(path),
                                providers),
+                  timers=_timers(root.table("timers", _TIMERS_KEYS)),
                   warnings=tuple(warnings))
 
 
@@ -260,6 +265,21 @@ def _sessions(table: Table) -> SessionConfig:
         memory_bytes=table.integer("memory_bytes", 1 << 20, 4096, 1 << 30),
         unnamed_keep=table.integer("unnamed_keep", 64, 1, MAX_UNNAMED_KEEP),
         unnamed_max_age=table.number("unnamed_max_age", 7 * 86400.0, 0, 10 * 365 * 86400.0))
+
+
+def _timers(table: Table) -> TimersConfig:
+    timezone = table.get("timezone", str, "")
+    try:
+        zone_named(timezone)
+    except ValueError as error:
+        raise table.error("timezone", str(error)) from None
+    limit = table.number("ring_limit_seconds", 60.0, 1.0, MAX_RING_SECONDS)
+    return TimersConfig(enabled=table.get("enabled", bool, True),
+                        max_timers=table.integer("max_timers", MAX_TIMERS, 1, 256),
+                        ring_limit_seconds=limit,
+                        ring_interval_seconds=table.number("ring_interval_seconds",
+                                                           min(5.0, limit), 1.0, limit),
+                        timezone=timezone)
 
 
 def _wyoming(table: Table) -> WyomingConfig:

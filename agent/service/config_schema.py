@@ -1,7 +1,7 @@
 """What a loaded config is: frozen dataclasses, one per table of the TOML file
 (agent/service/config.py reads and checks the file into these). The doors'
 own tables are beside their doors: agent/mqtt/config.py, agent/wyoming/config.py,
-agent/voice/config.py."""
+agent/voice/config.py; the timers' beside them, agent/tools/timers/config.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from agent.mqtt.config import MqttConfig
 from agent.providers.health import Policy
 from agent.providers.requests import Provider
 from agent.tools.mcp.config import McpConfig
+from agent.tools.timers.config import TimersConfig
 from agent.voice.config import VoiceConfig
 from agent.wyoming.config import WyomingConfig
 
@@ -77,6 +78,7 @@ class Config:
     wyoming: WyomingConfig = WyomingConfig()
     mqtt: MqttConfig = MqttConfig()
     voice: VoiceConfig = VoiceConfig()
+    timers: TimersConfig = TimersConfig()
     # What the daemon can run with but should not: logged at start and on
     # reload, printed by `serve --check`. "FILE:LINE: KEY: what" like an error.
     warnings: tuple[str, ...] = ()

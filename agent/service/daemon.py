@@ -49,6 +49,8 @@ from agent.service.systemd import Notifier, listen_fds, watchdog, watchdog_inter
 from agent.session.runner import Runner, AskLimits, Upstream
 from agent.session.store import Retention, SessionStore, StorageError
 from agent.tools.base import Toolbox
+from agent.tools.timers.provider import TimerTools
+from agent.tools.timers.store import TimerStore, TimerStoreError
 
 log = logging.getLogger("homeagent.daemon")
 
@@ -215,10 +217,21 @@ class _Daemon:
                              ask_limits_of(config))
         self.center = Center(self.runner)
         self.center.speech = self.devices
+        # the built-in timers and reminders, unless [timers] enabled = false
+        self.timers = None
+        if config.timers.enabled:
+            try:
+                self.timers = TimerTools(config.timers, TimerStore(
+                    os.path.join(daemon.state_directory, "timers")), self.center)
+            except TimerStoreError as exc:
+                raise StartupError(f"the state directory is not usable: {exc}") from None
+            self.toolbox.add(self.timers)
+            self.center.alarms = self.timers
         self.client_ceiling = client_ceiling()
         self.server = ApiServer(self.center, server_name=f"homeagent {__version__}",
                                 access=Access(daemon.allow_users, daemon.allow_groups),
-                                limits=self.limits(daemon), status_extra=self.status_extra)
+                                limits=self.limits(daemon), status_extra=self.status_extra,
+                                timers=self.timers)
         # Home Assistant's conversation agent, when [wyoming] listen is set
         # (imported only then)
         self.wyoming = None
@@ -235,6 +248,8 @@ class _Daemon:
 
             self.mqtt = MqttService(self.center, config.mqtt, __version__, self.devices)
             self.center.boards = self.mqtt
+            if self.timers is not None:
+                self.timers.watch(self.mqtt.show_next_timer)
         # the board's ears, when [voice] is set (imported only then: the
         # wake word and VAD models load here, a missing extra stops the start)
         self.voice = None
@@ -287,6 +302,8 @@ class _Daemon:
             await nursery.start(self.devices.run, self.center)
             for provider in self.tool_providers:
                 await nursery.start(provider.run)
+            if self.timers is not None:
+                await nursery.start(self.timers.run)
             if wyoming_listeners:
                 nursery.start_soon(self.wyoming.serve, wyoming_listeners)
             if self.mqtt is not None:
@@ -325,6 +342,7 @@ class _Daemon:
                 "wyoming": self.wyoming.status() if self.wyoming is not None else None,
                 "mqtt": self.mqtt.status() if self.mqtt is not None else None,
                 "voice": self.voice.status() if self.voice is not None else None,
+                "timers": self.timers.status() if self.timers is not None else None,
                 "tools": [tool.name for tool in self.toolbox.tools()]}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:
