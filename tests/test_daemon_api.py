@@ -139,7 +139,7 @@ def test_hello_on_connect(shared):
                      "max_line_bytes": 65536}
     assert hello["protocol"] == 1
     assert set(OPERATIONS) == {"ask", "cancel", "status", "subscribe", "sessions", "history",
-                               "forget", "announce", "stop"}
+                               "forget", "announce", "stop", "timers"}
     assert hello["server"].startswith("homeagent ")
 
 
