@@ -287,12 +287,20 @@ class Device(Reply):
     retry_in: float | None = None
 
 
+@_reply("voice")
+class VoiceState(Reply):
+    """The voice door (agent/voice/service.py) changed state: idle (waiting
+    for a wake word), listening, thinking or speaking; a notice, of no ask."""
+    state: str
+
+
 def internal_error(what: str) -> Error:
     """A bug in the daemon, costing one request or ask: the log has the rest."""
     return Error(ErrorCode.INTERNAL_ERROR, f"the daemon failed on this {what}; its log has "
                  "the details")
 
 
+VOICE_STATES = ("idle", "listening", "thinking", "speaking")
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
 TEXT = (Delta, Sentence, Reasoning)  # text a coalescing device inbox joins
 ENDS_ASK = (Done, Error)

@@ -101,6 +101,7 @@ class VoiceService:
         if state != self.state:
             log.debug("voice: %s", state)
             self.state, self.since = state, time.monotonic()
+            self.center.notice(replies.VoiceState(state))  # the socket, MQTT, the boards
         self._taking = self.config.barge_in or state in ("idle", "listening")
         if state != "listening":
             while True:  # what was buffered is stale now
