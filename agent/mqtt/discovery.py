@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from agent import __version__
+from agent.core.replies import VOICE_STATES
 from agent.mqtt.topics import Topics
 from agent.mqtt.config import MqttConfig
 
@@ -19,17 +20,13 @@ EVENT_TYPES = ("answer", "tool_call")
 TEXT_MAX = 255  # Home Assistant's limit for a text entity's value
 
 
-def discovery_messages(config: MqttConfig, version: str = __version__
-                       ) -> list[tuple[str, bytes]]:
+def discovery_messages(config: MqttConfig, version: str = __version__, *,
+                       voice: bool = False) -> list[tuple[str, bytes]]:
     """(topic, payload) of every discovery config of config.board, payloads
     compact UTF-8 JSON, to be published retained at QoS 1. config is the
-    [mqtt] table (board, prefix, discovery_prefix are used)."""
+    [mqtt] table (board, prefix, discovery_prefix are used); voice: the
+    board hears ([voice]), its voice state is a sensor too."""
     topics = Topics(config.prefix, config.board)
-    board = config.board
-    device = {"identifiers": [f"homeagent_{board}"], "name": f"homeagent {board}",
-              "manufacturer": "homeagent", "model": "homeagent", "sw_version": version}
-    common = {"availability_topic": topics.availability, "payload_available": "online",
-              "payload_not_available": "offline", "device": device}
     wrap = '{"text": {{ value | tojson }}}'  # the value as a JSON string, whatever it holds
     entities = [
         ("text", "ask", {"name": "Ask", "command_topic": topics.ask, "command_template": wrap,
@@ -45,6 +42,23 @@ def discovery_messages(config: MqttConfig, version: str = __version__
         ("button", "stop", {"name": "Stop", "command_topic": topics.stop,
                             "payload_press": "{}", "icon": "mdi:stop"}),
     ]
+    if voice:  # an enum sensor: Home Assistant offers its states to automations' triggers
+        entities.append(("sensor", "voice", {"name": "Voice", "state_topic": topics.voice,
+                                             "value_template": "{{ value_json.state }}",
+                                             "device_class": "enum",
+                                             "options": list(VOICE_STATES),
+                                             "icon": "mdi:microphone"}))
+    return _configs(config, version, entities)
+
+
+def _configs(config: MqttConfig, version: str,
+             entities: list[tuple[str, str, dict]]) -> list[tuple[str, bytes]]:
+    topics = Topics(config.prefix, config.board)
+    board = config.board
+    device = {"identifiers": [f"homeagent_{board}"], "name": f"homeagent {board}",
+              "manufacturer": "homeagent", "model": "homeagent", "sw_version": version}
+    common = {"availability_topic": topics.availability, "payload_available": "online",
+              "payload_not_available": "offline", "device": device}
     messages = []
     for component, object_id, fields in entities:
         payload = {**fields, "unique_id": f"homeagent_{board}_{object_id}",

@@ -83,6 +83,7 @@ class MqttService:
         self._thinking: set[int] = set()  # Origin keys of the daemon's asks running (any door)
         self._failed = False         # the last ask that ended failed
         self._published_state = self._state_payload()
+        self.voice: str | None = None  # the voice door's state, once it said one
         if speech:
             speech.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
@@ -231,7 +232,7 @@ class MqttService:
         state and discovery configs (sent anew at every connect)."""
         topics = self.topics
         head = [(topics.availability, b"online"), (topics.state, self._state_payload()),
-                *self._discovery()]
+                *self._voice_state(), *self._discovery()]
         await stream.send_all(b"".join(
             self.session.publish(topic, payload, retain=True, again=False)
             for topic, payload in head))
@@ -280,7 +281,12 @@ class MqttService:
         self._queued.unpark_all()
 
     def _discovery(self) -> list[tuple[str, bytes]]:
-        return discovery_messages(self.config, self.version) if self.config.discovery else []
+        return discovery_messages(self.config, self.version, voice=self.voice is not None) \
+            if self.config.discovery else []
+
+    def _voice_state(self) -> list[tuple[str, bytes]]:
+        return [] if self.voice is None else [
+            (self.topics.voice, messages.encode({"state": self.voice}))]
 
     # ---- what comes in ----
 
@@ -301,8 +307,7 @@ class MqttService:
         if topic == f"{config.discovery_prefix}/status":
             if isinstance(packet, codec.Publish) and packet.payload == b"online":
                 log.info("mqtt: Home Assistant is online: discovery configs again")
-                for topic, payload in self._discovery():
-                    self._queue(topic, payload, retain=True)
+                self._queue_discovery()
             return
         kinds = {topics.ask: "ask", topics.house_ask: "ask", topics.announce: "announce",
                  topics.stop: "stop"}
@@ -364,8 +369,24 @@ class MqttService:
     def _state_payload(self) -> bytes:
         return messages.encode({"state": self.state, "asks": len(self._thinking)})
 
+    def _queue_discovery(self) -> None:
+        for topic, payload in self._discovery():
+            self._queue(topic, payload, retain=True)
+
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask (a device's state): not the board's."""
+        """A reply of no ask: the voice door's state goes to its own retained
+        topic (its sensor's config with the first); a device's is not the board's.
+        Away from the broker nothing is queued: the connect publishes both."""
+        if not isinstance(reply, replies.VoiceState):
+            return
+        first = self.voice is None
+        self.voice = reply.state
+        if not self.session.connected:
+            return
+        if first:
+            self._queue_discovery()
+        for topic, payload in self._voice_state():
+            self._queue(topic, payload, retain=True)
 
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
         """A reply of any of the daemon's asks (the center gives them all):

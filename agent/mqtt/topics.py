@@ -30,6 +30,7 @@ class Topics:
 
     availability = _own("availability")
     state = _own("state")
+    voice = _own("voice")        # the voice door's state, with [voice]
     ask = _own("ask")            # in
     announce = _own("announce")  # in
     stop = _own("stop")          # in
