@@ -36,7 +36,7 @@ from agent.tools.base import ToolError, ToolSpec
 
 __all__ = ["Common", "Delivery", "Device", "DeviceSpec", "Inbox", "Overflow", "Prompt",
            "Requests", "SettingError", "ToolError", "ToolSpec", "refuse_unknown",
-           "speech_options", "EVENT_TYPES", "SPEECH_KEYS"]
+           "speech_options", "refuse_voice", "EVENT_TYPES", "SPEECH_KEYS"]
 
 EVENT_TYPES = frozenset(KINDS)  # what a device's `events` setting may name
 
@@ -80,6 +80,14 @@ def speech_options(common: "Common", settings: Mapping[str, Any],
         raise SettingError("speak_tool_calls", 'the device must take "tool_call" events '
                                                "(its events setting)")
     return SpeechOptions(placeholder, emoji == "name", speak_tool_calls)
+
+
+def refuse_voice(common: "Common", kind: str) -> None:
+    """A device that does nothing with the voice door's state refuses it
+    in its events: a serial device shows it (its VOICE line)."""
+    if replies.VoiceState.type in common.events:
+        raise SettingError("events", f'a {kind} device takes no "voice" events (the '
+                                     "voice door's state): a serial device shows it")
 
 
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
@@ -225,17 +233,25 @@ class Inbox:
                       - self.sentences)
 
     async def put(self, event: Delivery) -> None:
+        if len(self._events) >= self.size and self.overflow is Overflow.BLOCK:
+            if not self.stalled:
+                with trio.move_on_after(self.block_timeout):
+                    while len(self._events) >= self.size:
+                        await self._writable.park()
+            if len(self._events) >= self.size:
+                self.stalled = True
+                self.dropped += 1
+                return
+        self.put_nowait(event)
+
+    def put_nowait(self, event: Delivery) -> None:
+        """put() for a caller that cannot wait (a notice): a full BLOCK inbox
+        drops the event at once."""
         if len(self._events) >= self.size:
             if self.overflow is Overflow.BLOCK:
-                if not self.stalled:
-                    with trio.move_on_after(self.block_timeout):
-                        while len(self._events) >= self.size:
-                            await self._writable.park()
-                if len(self._events) >= self.size:
-                    self.stalled = True
-                    self.dropped += 1
-                    return
-            elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
+                self.dropped += 1
+                return
+            if not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
                 self._counted(-(type(self._events.popleft().reply) is replies.Sentence))
                 self.dropped += 1
             else:

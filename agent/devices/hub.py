@@ -9,6 +9,8 @@ announces on and silences.
   for speech for a device that speaks (its lines' markdown is whole before
   the segmenter cuts them). A device that is down gets nothing: its
   deliveries are dropped and counted.
+- notice(): the voice door's state goes to the devices that want it, at
+  once (an inbox that would block drops it).
 - run(): one supervisor task per device. run() of a device that raises is
   reported (log, status, a `device` reply to the listeners) and started
   again after a backoff that doubles up to the device's restart_max_delay.
@@ -63,6 +65,7 @@ class DeviceState(enum.Enum):
 _ENDS_TEXT = (replies.ToolCall, replies.Done, replies.Error)
 _ENDS_ASK = replies.ENDS_ASK
 SENTENCE = replies.Sentence.type
+VOICE = replies.VoiceState.type
 
 
 @dataclass(eq=False)
@@ -173,6 +176,7 @@ class DeviceHub:
         self._on_speech: Callable[[], None] | None = None
         self._speaking = False
         self._speech_check = False  # a check of `speaking` is scheduled
+        self._voice: Origin | None = None  # of the voice door's notices, made at the first
 
     def __bool__(self) -> bool:
         return bool(self._devices)
@@ -250,7 +254,18 @@ class DeviceHub:
     # ---- deliveries ----
 
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask (a device's state): not for the devices."""
+        """A reply of no ask: the voice door's state to the devices that want
+        it (a serial board's LEDs), never waiting; a device's state is not theirs."""
+        if not isinstance(reply, replies.VoiceState) or self.center is None:
+            return
+        if self._voice is None:
+            self._voice = self.center.origin(Door.VOICE, None)
+        for running in self._devices.values():
+            if VOICE in running.device.common.events:
+                if running.state is DeviceState.RUNNING:
+                    running.inbox.put_nowait(Delivery(reply, self._voice))
+                else:
+                    running.inbox.dropped += 1
 
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
         """One reply of an ask to every device that wants it."""
