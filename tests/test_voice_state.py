@@ -1,7 +1,8 @@
 """The voice door's state reaches every place: a socket subscriber's
 `voice` events, the board's retained `voice` topic on a real Mosquitto
 (with its Home Assistant sensor), and a serial board's VOICE lines on a
-pty; end to end with the real processes of tests/test_voice_daemon.py
+pty; and its wake sound is played on the speech device, never heard by
+the ASR. End to end with the real processes of tests/test_voice_daemon.py
 (espeak-ng's speech as the microphone, a Wyoming ASR peer, mock-llm, a
 wyoming-tts device). No duration is asserted; every wait is bounded."""
 
@@ -17,6 +18,7 @@ from agent.devices.command import CommandDevice
 from agent.devices.wyoming_tts import WyomingSpeech
 from agent.mqtt.config import MqttConfig
 from agent.mqtt.discovery import discovery_messages
+import test_voice_barge_in
 from daemon_harness import Daemon
 from mosquitto import broker  # noqa: F401 (a fixture)
 from test_mqtt_daemon import is_json, mqtt_table, payload
@@ -138,4 +140,45 @@ def test_one_question_is_seen_as_states_by_a_subscriber_the_broker_and_a_serial_
             subscriber.close()
         watcher.close()
         board.unplug()
+        assert daemon.stop() == 0, daemon.log()
+
+
+def tone(seconds: float = 0.3, hertz: float = 880.0) -> bytes:
+    """A chime, 16 kHz 16-bit mono: the speaker's echo carries it back unchanged."""
+    import numpy as np
+
+    samples = np.arange(int(16000 * seconds)) / 16000
+    return (np.sin(2 * np.pi * hertz * samples) * 8000).astype("<i2").tobytes()
+
+
+@needs_voice
+@needs_espeak
+def test_the_wake_sound_is_played_on_the_speaker_and_never_reaches_the_asr(
+        tmp_path, mock, peers):  # noqa: F811
+    pytest.importorskip("wyoming")
+    chime = tone()
+    write_wav(tmp_path / "ding.wav", chime)
+    question = espeak(QUESTION)
+    # time after the wake word for the chime and its echo, before the question
+    spoken = tmp_path / "wake-pause-question.wav"
+    write_wav(spoken, silence(0.3) + espeak("okay nabu") + silence(3.0) + question)
+    echo = tmp_path / "echo.pcm"   # the speaker plays into it; the microphone hears it
+    daemon = Daemon(tmp_path, mock.url, extra=voice_table(
+        peers.asr("--say", QUESTION), [spoken], peers.cues, "--echo", str(echo),
+        follow_up="never", start_seconds=8.0, wake_sound=str(tmp_path / "ding.wav"))
+        + test_voice_barge_in.speaker_table(peers.tts(), echo))
+    try:
+        start_listening(daemon)
+        peers.cue(0)
+        wait_for(daemon, lambda s: s["asks"] == 1 and s["state"] == "idle",
+                 "the question asked, answered and spoken")
+        assert echo.read_bytes().startswith(chime)  # played first, as it is
+        with daemon.client() as client:
+            [speaker] = client.call("status")["devices"]
+        assert speaker["sounds"] == 1
+        heard = peers.utterance(0)
+        assert question[len(question) // 2:] in heard
+        # the chime came back into the microphone; no 10 ms of it reached the ASR
+        assert not any(chime[at:at + 320] in heard for at in range(0, len(chime) - 320, 320))
+    finally:
         assert daemon.stop() == 0, daemon.log()

@@ -177,6 +177,21 @@ class Sentence(Reply):
     text: str
 
 
+@_reply("sound")
+class Sound(Reply):
+    """A short sound (the voice door's wake sound) for the speech devices
+    that play audio: PCM of rate Hz, width bytes a sample (8 bits unsigned,
+    more signed little-endian) and channels; never on a door's wire."""
+    pcm: bytes
+    rate: int
+    width: int
+    channels: int
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / (self.rate * self.width * self.channels)
+
+
 class _Absent:
     """An Error field the reply leaves out (None is a value: JSON null)."""
     __slots__ = ()

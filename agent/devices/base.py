@@ -49,6 +49,7 @@ class Overflow(enum.Enum):
     COALESCE = "coalesce"        # text joins the newest queued text of its kind; else drop oldest
 
 
+_SAID = (replies.Sentence, replies.Sound)  # what a speech device's `speaking` counts queued
 SPEECH_KEYS = frozenset({"speech", "code_placeholder", "emoji", "speak_tool_calls"})
 _PLACEHOLDER_MAX = 200
 
@@ -130,6 +131,7 @@ class Device:
     # sentences for it (agent/text/speech.py) before it is cut.
     speech: SpeechOptions | None = None
     speaks = False  # a speech device: announce and stop concern it
+    plays_audio = False  # a speech device that plays a Sound (the wake sound) on its sink
     on_speech: Callable[[], None] | None = None  # the hub's, when a board state follows speech
 
     def __init__(self, common: Common) -> None:
@@ -210,7 +212,7 @@ class Inbox:
     # A BLOCK wait that ran out: the device is not keeping up, so later
     # events are dropped at once instead of each costing the stream a wait.
     stalled: bool = False
-    sentences: int = 0  # Sentences queued: what a speech device has still to say
+    sentences: int = 0  # Sentences and Sounds queued: what a speech device has still to say
     watch: Callable[[], None] | None = None  # called when `sentences` changes
     _events: deque = field(default_factory=deque)
     _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
@@ -229,7 +231,7 @@ class Inbox:
         self._events = kept
         self.stalled = False
         self._writable.unpark_all()
-        self._counted(sum(type(item.reply) is replies.Sentence for item in kept)
+        self._counted(sum(type(item.reply) in _SAID for item in kept)
                       - self.sentences)
 
     async def put(self, event: Delivery) -> None:
@@ -252,13 +254,13 @@ class Inbox:
                 self.dropped += 1
                 return
             if not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
-                self._counted(-(type(self._events.popleft().reply) is replies.Sentence))
+                self._counted(-(type(self._events.popleft().reply) in _SAID))
                 self.dropped += 1
             else:
                 return
         self._events.append(event)
         self._readable.unpark()
-        if type(event.reply) is replies.Sentence:  # not a call per delta: the per-token path
+        if type(event.reply) in _SAID:  # not a call per delta: the per-token path
             self._counted(1)
 
     def _counted(self, change: int) -> None:
@@ -294,7 +296,7 @@ class Inbox:
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
-        if type(event.reply) is replies.Sentence:
+        if type(event.reply) in _SAID:
             self._counted(-1)
         return event
 

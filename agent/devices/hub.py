@@ -23,6 +23,7 @@ announces on and silences.
 - announce(): a text spoken on one or every speech device without the
   model, given to each as the deliveries of an answer (delta, its
   sentences, done) under an Origin of the announce door.
+- play(): a sound (the wake sound) on the speech devices that play audio.
 - silence(): what a stop does to the speech devices: the stopped asks'
   queued deliveries are dropped, and the rest of theirs until their done
   or error, and each device stops what it says at once.
@@ -385,6 +386,19 @@ class DeviceHub:
                 events.append(Delivery(_announced(text), origin))
             for event in events:
                 await running.inbox.put(event)
+        return [running.device.name for running in chosen]
+
+    async def play(self, sound: replies.Sound, origin: Origin) -> list[str]:
+        """A sound on every running speech device that plays audio; their
+        names. Raises Refused when none does. Queued as a Sentence is, so
+        `speaking` holds from now until it has been played."""
+        chosen = [r for r in self._speech()
+                  if r.device.plays_audio and r.state is DeviceState.RUNNING]
+        if not chosen:
+            raise Refused(ErrorCode.NO_SPEECH_DEVICE, "no speech device that plays audio "
+                                                      "(wyoming-tts) is running")
+        for running in chosen:
+            await running.inbox.put(Delivery(sound, origin))
         return [running.device.name for running in chosen]
 
     def silence(self, origins: list[Origin], everything: bool) -> list[str]:

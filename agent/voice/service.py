@@ -61,6 +61,7 @@ log = logging.getLogger("homeagent.voice")
 SPEAKING_POLL = 0.05
 # past the endpointer's own limits: a microphone that stops giving frames
 LISTEN_GRACE = 2.0
+WAKE_SOUND_GRACE = 3.0  # past its length: a sink's start, and a speaker's own buffer
 
 
 class VoiceService:
@@ -162,6 +163,21 @@ class VoiceService:
                 return wake, over_speech
         raise RuntimeError("the microphone's channel closed")  # never: the service holds it
 
+    async def _wake_sound(self, sound: replies.Sound) -> None:
+        """The wake sound on the speech devices, heard out before listening:
+        until they are quiet and speech_tail after (its echo), the
+        microphone's frames are dropped as they come, never sent to the ASR."""
+        self._taking = False  # listening sets it again
+        try:
+            await self.center.play(sound)
+        except Refused as refused:
+            log.info("voice: the wake sound not played: %s", refused)
+            return
+        with trio.move_on_after(sound.seconds + WAKE_SOUND_GRACE):
+            while self.speaking():
+                await trio.sleep(SPEAKING_POLL)
+        await trio.sleep(self.config.speech_tail)
+
     async def _barge_in(self, wake: WakeWord) -> None:
         """Stop every ask and silence the speech devices (the module says why)."""
         self.counts["barge_ins"] += 1
@@ -176,6 +192,8 @@ class VoiceService:
         """One utterance, from listening to the answer spoken; whether to
         listen again without the wake word."""
         config = self.config
+        if not follow_up and config.wake_sound is not None:
+            await self._wake_sound(config.wake_sound)
         self._set("listening")
         if follow_up:
             self.counts["follow_ups"] += 1
