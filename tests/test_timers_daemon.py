@@ -157,14 +157,20 @@ def test_the_next_timer_is_a_retained_topic_and_a_timestamp_sensor(tmp_path, moc
     try:
         sensor = payload(watcher.wait("homeassistant/sensor/kitchen/next_timer/config"))
         assert (sensor["device_class"], sensor["state_topic"]) == (
-            "timestamp", topic("kitchen", "next_timer"))
+            "timestamp", topic("kitchen", "next_timer/at"))
+        # unavailable while no timer is set: its state topic never says null
+        assert [a["topic"] for a in sensor["availability"]] == [
+            topic("kitchen", "availability"), topic("kitchen", "next_timer")]
+        assert "availability_topic" not in sensor
         watcher.wait(topic("kitchen", "next_timer"), is_json(id=None))
         ask_for_timer(daemon)
         shown = payload(watcher.wait(topic("kitchen", "next_timer"), is_json(id="t1")))
         assert shown["label"] == "tea" and shown["at"][10] == "T"  # ISO 8601 with offset
-        late = broker.subscribe(topic("kitchen", "next_timer"))
+        assert watcher.wait(topic("kitchen", "next_timer/at")).payload.decode() == shown["at"]
+        late = broker.subscribe(topic("kitchen", "next_timer"), topic("kitchen", "next_timer/at"))
         try:
             assert late.wait(topic("kitchen", "next_timer")).retained
+            assert late.wait(topic("kitchen", "next_timer/at")).retained
         finally:
             late.close()
         timers(daemon, cancel="t1")

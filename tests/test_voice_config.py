@@ -142,3 +142,44 @@ def test_mistakes_are_named(text, key, problem):
               if "source" not in text else text)
     assert caught.value.key == key and problem in caught.value.problem, str(caught.value)
     assert caught.value.line is not None
+
+
+def write_wav(path, seconds: float, rate: int = 16000, channels: int = 1) -> bytes:
+    import wave
+
+    pcm = bytes(range(256)) * (int(rate * seconds * channels * 2) // 256)
+    with wave.open(str(path), "wb") as writer:
+        writer.setnchannels(channels)
+        writer.setsampwidth(2)
+        writer.setframerate(rate)
+        writer.writeframes(pcm)
+    return pcm
+
+
+def sound_table(tmp_path, value: str):
+    return parse(LOCAL + '[voice]\nsource = "wyoming"\naddress = "tcp://mic:10600"\n'
+                 f'asr = "tcp://h:1"\nwake = ["alexa"]\nwake_sound = "{value}"\n',
+                 str(tmp_path / "config.toml"), {}).voice
+
+
+def test_a_wake_sound_is_read_beside_the_config(tmp_path):
+    pcm = write_wav(tmp_path / "ding.wav", 0.25, rate=22050, channels=2)
+    sound = sound_table(tmp_path, "ding.wav").wake_sound
+    assert (sound.pcm, sound.rate, sound.width, sound.channels) == (pcm, 22050, 2, 2)
+    assert VoiceConfig().wake_sound is None
+
+
+@pytest.mark.parametrize("make,problem", [
+    (lambda path: None, "not a PCM WAV file"),
+    (lambda path: path.write_text("RIFF? no"), "not a PCM WAV file"),
+    (lambda path: write_wav(path, 6.0), "at most 5 s"),
+    (lambda path: write_wav(path, 0.5, rate=2000), "a sound is 4000 to 192000 Hz"),
+    (lambda path: write_wav(path, 0.0), "empty"),
+])
+def test_a_wake_sound_that_cannot_be_played_is_named(tmp_path, make, problem):
+    make(tmp_path / "ding.wav")
+    with pytest.raises(ConfigError) as caught:
+        sound_table(tmp_path, "ding.wav")
+    assert caught.value.key == "voice.wake_sound" and problem in caught.value.problem, \
+        str(caught.value)
+    assert str(tmp_path / "ding.wav") in caught.value.problem

@@ -1,7 +1,7 @@
 """The socket connections that sent `subscribe`: a listener of the center
 (agent/core/center.py) that shows each of them every reply of every ask,
 under its own id, with the ask it came from (`request`, the Origin's wire
-form), and the devices' states.
+form), and the notices: the devices' states and the voice door's.
 
 Each reply is encoded once for all subscribers and readdressed to each; a
 streamed piece goes through the connection's send_piece (it may be held
@@ -49,7 +49,7 @@ class Subscribers:
             self._send(reply, origin.request)
 
     def notice(self, reply: replies.Reply) -> None:
-        """A device's state: without `request`."""
+        """A reply of no ask (replies.Device, replies.VoiceState): without `request`."""
         self._send(reply, None)
 
     def _send(self, reply: replies.Reply, request) -> None:

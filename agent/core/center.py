@@ -78,6 +78,8 @@ class Speech(Protocol):
 
     def silence(self, origins: list[Origin], everything: bool) -> list[str]: ...
 
+    async def play(self, sound: replies.Sound, origin: Origin) -> list[str]: ...
+
 
 class Boards(Protocol):
     """The other boards on the broker (agent/mqtt/service.py)."""
@@ -215,6 +217,13 @@ class Center:
             raise Refused(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
         origin = self.origin(Door.ANNOUNCE, None)
         return await self.speech.announce(text, command.device, origin)
+
+    async def play(self, sound: replies.Sound) -> list[str]:
+        """A sound (the voice door's wake sound) on the speech devices that
+        play audio: where it was given to; Refused when nowhere."""
+        if self.speech is None:
+            raise Refused(ErrorCode.NO_SPEECH_DEVICE, "this daemon has no devices")
+        return await self.speech.play(sound, self.origin(Door.ANNOUNCE, None))
 
     def board(self, board: str) -> Boards:
         """The broker's boards, if board can be reached now; Refused if not."""

@@ -179,6 +179,21 @@ class Sentence(Reply):
     text: str
 
 
+@_reply("sound")
+class Sound(Reply):
+    """A short sound (the voice door's wake sound) for the speech devices
+    that play audio: PCM of rate Hz, width bytes a sample (8 bits unsigned,
+    more signed little-endian) and channels; never on a door's wire."""
+    pcm: bytes
+    rate: int
+    width: int
+    channels: int
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / (self.rate * self.width * self.channels)
+
+
 class _Absent:
     """An Error field the reply leaves out (None is a value: JSON null)."""
     __slots__ = ()
@@ -297,12 +312,20 @@ class Device(Reply):
     retry_in: float | None = None
 
 
+@_reply("voice")
+class VoiceState(Reply):
+    """The voice door (agent/voice/service.py) changed state: idle (waiting
+    for a wake word), listening, thinking or speaking; a notice, of no ask."""
+    state: str
+
+
 def internal_error(what: str) -> Error:
     """A bug in the daemon, costing one request or ask: the log has the rest."""
     return Error(ErrorCode.INTERNAL_ERROR, f"the daemon failed on this {what}; its log has "
                  "the details")
 
 
+VOICE_STATES = ("idle", "listening", "thinking", "speaking")
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
 TEXT = (Delta, Sentence, Reasoning)  # text a coalescing device inbox joins
 ENDS_ASK = (Done, Error)

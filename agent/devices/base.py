@@ -36,7 +36,7 @@ from agent.tools.base import ToolError, ToolSpec
 
 __all__ = ["Common", "Delivery", "Device", "DeviceSpec", "Inbox", "Overflow", "Prompt",
            "Requests", "SettingError", "ToolError", "ToolSpec", "refuse_unknown",
-           "speech_options", "EVENT_TYPES", "SPEECH_KEYS"]
+           "speech_options", "refuse_voice", "EVENT_TYPES", "SPEECH_KEYS"]
 
 EVENT_TYPES = frozenset(KINDS)  # what a device's `events` setting may name
 
@@ -49,6 +49,7 @@ class Overflow(enum.Enum):
     COALESCE = "coalesce"        # text joins the newest queued text of its kind; else drop oldest
 
 
+_SAID = (replies.Sentence, replies.Sound)  # what a speech device's `speaking` counts queued
 SPEECH_KEYS = frozenset({"speech", "code_placeholder", "emoji", "speak_tool_calls"})
 _PLACEHOLDER_MAX = 200
 
@@ -80,6 +81,14 @@ def speech_options(common: "Common", settings: Mapping[str, Any],
         raise SettingError("speak_tool_calls", 'the device must take "tool_call" events '
                                                "(its events setting)")
     return SpeechOptions(placeholder, emoji == "name", speak_tool_calls)
+
+
+def refuse_voice(common: "Common", kind: str) -> None:
+    """A device that does nothing with the voice door's state refuses it
+    in its events: a serial device shows it (its VOICE line)."""
+    if replies.VoiceState.type in common.events:
+        raise SettingError("events", f'a {kind} device takes no "voice" events (the '
+                                     "voice door's state): a serial device shows it")
 
 
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask
@@ -122,6 +131,7 @@ class Device:
     # sentences for it (agent/text/speech.py) before it is cut.
     speech: SpeechOptions | None = None
     speaks = False  # a speech device: announce and stop concern it
+    plays_audio = False  # a speech device that plays a Sound (the wake sound) on its sink
     on_speech: Callable[[], None] | None = None  # the hub's, when a board state follows speech
 
     def __init__(self, common: Common) -> None:
@@ -202,7 +212,7 @@ class Inbox:
     # A BLOCK wait that ran out: the device is not keeping up, so later
     # events are dropped at once instead of each costing the stream a wait.
     stalled: bool = False
-    sentences: int = 0  # Sentences queued: what a speech device has still to say
+    sentences: int = 0  # Sentences and Sounds queued: what a speech device has still to say
     watch: Callable[[], None] | None = None  # called when `sentences` changes
     _events: deque = field(default_factory=deque)
     _readable: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
@@ -221,28 +231,36 @@ class Inbox:
         self._events = kept
         self.stalled = False
         self._writable.unpark_all()
-        self._counted(sum(type(item.reply) is replies.Sentence for item in kept)
+        self._counted(sum(type(item.reply) in _SAID for item in kept)
                       - self.sentences)
 
     async def put(self, event: Delivery) -> None:
+        if len(self._events) >= self.size and self.overflow is Overflow.BLOCK:
+            if not self.stalled:
+                with trio.move_on_after(self.block_timeout):
+                    while len(self._events) >= self.size:
+                        await self._writable.park()
+            if len(self._events) >= self.size:
+                self.stalled = True
+                self.dropped += 1
+                return
+        self.put_nowait(event)
+
+    def put_nowait(self, event: Delivery) -> None:
+        """put() for a caller that cannot wait (a notice): a full BLOCK inbox
+        drops the event at once."""
         if len(self._events) >= self.size:
             if self.overflow is Overflow.BLOCK:
-                if not self.stalled:
-                    with trio.move_on_after(self.block_timeout):
-                        while len(self._events) >= self.size:
-                            await self._writable.park()
-                if len(self._events) >= self.size:
-                    self.stalled = True
-                    self.dropped += 1
-                    return
-            elif not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
-                self._counted(-(type(self._events.popleft().reply) is replies.Sentence))
+                self.dropped += 1
+                return
+            if not (self.overflow is Overflow.COALESCE and self._coalesce(event)):
+                self._counted(-(type(self._events.popleft().reply) in _SAID))
                 self.dropped += 1
             else:
                 return
         self._events.append(event)
         self._readable.unpark()
-        if type(event.reply) is replies.Sentence:  # not a call per delta: the per-token path
+        if type(event.reply) in _SAID:  # not a call per delta: the per-token path
             self._counted(1)
 
     def _counted(self, change: int) -> None:
@@ -278,7 +296,7 @@ class Inbox:
         event = self._events.popleft()
         self.stalled = False  # room again: the next full inbox is waited for
         self._writable.unpark()
-        if type(event.reply) is replies.Sentence:
+        if type(event.reply) in _SAID:
             self._counted(-1)
         return event
 

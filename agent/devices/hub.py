@@ -9,6 +9,8 @@ announces on and silences.
   for speech for a device that speaks (its lines' markdown is whole before
   the segmenter cuts them). A device that is down gets nothing: its
   deliveries are dropped and counted.
+- notice(): the voice door's state goes to the devices that want it, at
+  once (an inbox that would block drops it).
 - run(): one supervisor task per device. run() of a device that raises is
   reported (log, status, a `device` reply to the listeners) and started
   again after a backoff that doubles up to the device's restart_max_delay.
@@ -21,6 +23,7 @@ announces on and silences.
 - announce(): a text spoken on one or every speech device without the
   model, given to each as the deliveries of an answer (delta, its
   sentences, done) under an Origin of the announce door.
+- play(): a sound (the wake sound) on the speech devices that play audio.
 - silence(): what a stop does to the speech devices: the stopped asks'
   queued deliveries are dropped, and the rest of theirs until their done
   or error, and each device stops what it says at once.
@@ -63,6 +66,7 @@ class DeviceState(enum.Enum):
 _ENDS_TEXT = (replies.ToolCall, replies.Done, replies.Error)
 _ENDS_ASK = replies.ENDS_ASK
 SENTENCE = replies.Sentence.type
+VOICE = replies.VoiceState.type
 
 
 @dataclass(eq=False)
@@ -173,6 +177,7 @@ class DeviceHub:
         self._on_speech: Callable[[], None] | None = None
         self._speaking = False
         self._speech_check = False  # a check of `speaking` is scheduled
+        self._voice: Origin | None = None  # of the voice door's notices, made at the first
 
     def __bool__(self) -> bool:
         return bool(self._devices)
@@ -250,7 +255,18 @@ class DeviceHub:
     # ---- deliveries ----
 
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask (a device's state): not for the devices."""
+        """A reply of no ask: the voice door's state to the devices that want
+        it (a serial board's LEDs), never waiting; a device's state is not theirs."""
+        if not isinstance(reply, replies.VoiceState) or self.center is None:
+            return
+        if self._voice is None:
+            self._voice = self.center.origin(Door.VOICE, None)
+        for running in self._devices.values():
+            if VOICE in running.device.common.events:
+                if running.state is DeviceState.RUNNING:
+                    running.inbox.put_nowait(Delivery(reply, self._voice))
+                else:
+                    running.inbox.dropped += 1
 
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
         """One reply of an ask to every device that wants it."""
@@ -370,6 +386,19 @@ class DeviceHub:
                 events.append(Delivery(_announced(text), origin))
             for event in events:
                 await running.inbox.put(event)
+        return [running.device.name for running in chosen]
+
+    async def play(self, sound: replies.Sound, origin: Origin) -> list[str]:
+        """A sound on every running speech device that plays audio; their
+        names. Raises Refused when none does. Queued as a Sentence is, so
+        `speaking` holds from now until it has been played."""
+        chosen = [r for r in self._speech()
+                  if r.device.plays_audio and r.state is DeviceState.RUNNING]
+        if not chosen:
+            raise Refused(ErrorCode.NO_SPEECH_DEVICE, "no speech device that plays audio "
+                                                      "(wyoming-tts) is running")
+        for running in chosen:
+            await running.inbox.put(Delivery(sound, origin))
         return [running.device.name for running in chosen]
 
     def silence(self, origins: list[Origin], everything: bool) -> list[str]:

@@ -73,7 +73,7 @@ class _Call:
 
 class SerialDevice(Device):
     kind = "serial"
-    DEFAULT_EVENTS = frozenset({"sentence", "done", "error"})
+    DEFAULT_EVENTS = frozenset({"sentence", "done", "error", "voice"})
 
     def __init__(self, common: Common, port: str, *, baudrate: int = 115200, bytesize: int = 8,
                  parity: str = "N", stopbits: float = 1, send: str = "sentences",
@@ -231,6 +231,8 @@ class SerialDevice(Device):
                 return wire.Done(finish_reason or "")  # an announcement's has none
             case replies.Error(code=code, message=message):
                 return wire.Error(code, message)
+            case replies.VoiceState(state=state):
+                return wire.Voice(state)
         if type(reply) is self._text and reply.text:  # a Delta or Sentence, by `send`
             return wire.Text(reply.text)
         return None  # the other text type, with `send` choosing one

@@ -123,7 +123,12 @@ class Call(Message, keyword="CALL"):
     command: str
 
 
-DaemonMessage = Hello | Start | Text | Reasoning | Done | Error | Call
+class Voice(Message, keyword="VOICE"):
+    """The voice door's state changed: idle, listening, thinking, speaking."""
+    state: str
+
+
+DaemonMessage = Hello | Start | Text | Reasoning | Done | Error | Call | Voice
 
 
 # ---- device → daemon ----
@@ -205,8 +210,8 @@ def format_line(message: Message) -> str:
             return f"ERROR {escape(code)} {escape(text)}"
         case Call(call_id, text) | CallReply(call_id, text):
             return f"{message.KEYWORD} {call_id} {escape(text)}"
-        case Start(text) | Text(text) | Reasoning(text) | Done(text) | Prompt(text) | \
-                DeviceEvent(text) | DeviceHello(text) | Announce(text):
+        case Start(text) | Text(text) | Reasoning(text) | Done(text) | Voice(text) | \
+                Prompt(text) | DeviceEvent(text) | DeviceHello(text) | Announce(text):
             return f"{message.KEYWORD} {escape(text)}"
         case Stop():
             return message.KEYWORD
@@ -261,8 +266,8 @@ def parse_device_line(item: Line | LineTooLong) -> DeviceMessage | Blank | BadLi
     return BadLine(Problem.UNKNOWN, text[:SHOWN_CHARS])
 
 
-_TEXT_LINES: dict[str, type[Start | Text | Reasoning | Done]] = {
-    cls.KEYWORD: cls for cls in (Start, Text, Reasoning, Done)}
+_TEXT_LINES: dict[str, type[Start | Text | Reasoning | Done | Voice]] = {
+    cls.KEYWORD: cls for cls in (Start, Text, Reasoning, Done, Voice)}
 
 
 def parse_daemon_line(item: Line | LineTooLong) -> DaemonMessage | Blank | BadLine:

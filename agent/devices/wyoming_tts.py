@@ -56,6 +56,10 @@ Settings (the device's own keys):
   tool's name is said at each `tool_call` event; needs "tool_call" in
   events).
 
+A Sound (the voice door's wake sound, through the center's play()) goes
+to the sink as an utterance of its own, in its own format, without the
+server.
+
 Stop (silence()): a stop that concerns what the device says kills the
 player at once (aplay is sent SIGKILL, a file is closed), drops the audio
 buffered for it and connects to the server anew, so that whatever the server
@@ -82,7 +86,7 @@ import trio
 from agent.core import replies
 from agent.core.deliveries import Delivery
 from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt,
-                                SettingError, refuse_unknown, speech_options)
+                                SettingError, refuse_unknown, refuse_voice, speech_options)
 from agent.devices.templates import Argv, parse_argv
 from agent.text.speech import SpeechCleaner, SpeechOptions, tool_call_phrase
 from agent.wyoming import framing as wyoming
@@ -189,6 +193,15 @@ class _Audio:
     async def end(self) -> None:
         await self.send.send(None)
 
+    def sound(self, fmt: AudioFormat, pcm: bytes) -> None:
+        """A whole sound (bounded when the config loaded), as one utterance,
+        without waiting for room: queued before the taker yields, so that
+        the device is never seen quiet between taking it and playing it."""
+        self._held += len(pcm) / fmt.bytes_per_second
+        self._held_bytes += len(pcm)
+        self.send.send_nowait((fmt, pcm, len(pcm) / fmt.bytes_per_second))
+        self.send.send_nowait(None)
+
     async def played(self, seconds: float, size: int) -> None:
         async with self._room:
             self._held -= seconds
@@ -200,6 +213,7 @@ class WyomingSpeech(Device):
     kind = "wyoming-tts"
     DEFAULT_EVENTS = frozenset({"sentence", "delta", "done", "error"})
     speaks = True
+    plays_audio = True
 
     def __init__(self, common: Common, address: tuple[str, str, int], *, voice: dict,
                  streaming: bool | None, sink: str, alsa_device: str, path: str | None,
@@ -218,6 +232,7 @@ class WyomingSpeech(Device):
         self.connected = False
         self.server_streams: bool | None = None  # from its info
         self.sentences = self.answers = 0       # synthesize requests sent, streamed answers
+        self.sounds = 0                          # Sounds played (the wake sound)
         self.audio_bytes = 0                     # PCM handed to the sink
         self.stops = 0                           # silence() calls that cut speech off
         self.audio_after_stop = 0                # PCM the sink took after the last of them
@@ -237,6 +252,7 @@ class WyomingSpeech(Device):
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> WyomingSpeech:
         refuse_unknown(settings, _KEYS)
+        refuse_voice(common, cls.kind)
         if "address" not in settings:
             raise SettingError("address", 'required: "tcp://HOST:PORT" or "unix:PATH"')
         address = _address("address", settings["address"])
@@ -365,7 +381,11 @@ class WyomingSpeech(Device):
         async for delivery in inbox:
             key, reply = delivery.origin.key, delivery.reply
             kind = type(reply)
-            if kind is replies.ToolCall:
+            if kind is replies.Sound:
+                self._audio.sound(AudioFormat(reply.rate, reply.width, reply.channels),
+                                  reply.pcm)
+                self.sounds += 1
+            elif kind is replies.ToolCall:
                 if not (self.speech and self.speech.speak_tool_calls):
                     continue
                 phrase = tool_call_phrase(reply.name)
@@ -511,9 +531,12 @@ class WyomingSpeech(Device):
     def status(self) -> dict[str, Any]:
         return {"address": _address_text(self.address),
                 "connected": self.connected, "server_streams": self.server_streams,
-                "sentences": self.sentences, "answers": self.answers,
+                "sentences": self.sentences, "answers": self.answers, "sounds": self.sounds,
                 "audio_bytes": self.audio_bytes, "stops": self.stops,
                 "audio_after_stop": self.audio_after_stop}
+
+
+_ENDS_CARRY = (*replies.ENDS_ASK, replies.Sound)
 
 
 class _Noting:
@@ -533,7 +556,8 @@ class _Noting:
         delivery = await self._inbox.get()
         key = delivery.origin.key
         self._carried.add(key)
-        self._ended = key if isinstance(delivery.reply, replies.ENDS_ASK) else None
+        # a sound is whole in its one delivery
+        self._ended = key if isinstance(delivery.reply, _ENDS_CARRY) else None
         return delivery
 
 

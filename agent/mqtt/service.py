@@ -91,6 +91,7 @@ class MqttService:
         self._thinking: set[int] = set()  # Origin keys of the daemon's asks running (any door)
         self._failed = False         # the last ask that ended failed
         self._published_state = self._state_payload()
+        self.voice: str | None = None  # the voice door's state, once it said one
         if speech:
             speech.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
@@ -123,6 +124,7 @@ class MqttService:
         # the connection's nursery and stream, while connected: a claim is sent on it
         self._link: tuple[trio.Nursery, _Serialised] | None = None
         self._next_timer: bytes | None = None  # retained payload; None: no timers here
+        self._next_timer_at: bytes | None = None  # the last timer's time (the sensor's state)
 
     @property
     def where(self) -> str:
@@ -250,7 +252,9 @@ class MqttService:
         state and discovery configs (sent anew at every connect)."""
         topics = self.topics
         head = [(topics.availability, b"online"), (topics.state, self._state_payload()),
-                *self._discovery()]
+                *self._voice_state(), *self._discovery()]
+        if self._next_timer_at is not None:
+            head.append((topics.next_timer_at, self._next_timer_at))
         if self._next_timer is not None:
             head.append((topics.next_timer, self._next_timer))
         await stream.send_all(b"".join(
@@ -302,15 +306,26 @@ class MqttService:
 
     def _discovery(self) -> list[tuple[str, bytes]]:
         return discovery_messages(self.config, self.version,
-                                  timers=self._next_timer is not None) \
+                                  timers=self._next_timer is not None,
+                                  voice=self.voice is not None) \
             if self.config.discovery else []
 
     def show_next_timer(self, timer: dict | None) -> None:
         """The soonest timer (agent/tools/timers), retained; its fields, or
-        every one null when none is set."""
+        every one null when none is set. Its time alone on next_timer/at,
+        Home Assistant's timestamp sensor's state: that topic never says
+        null, which the sensor would log as an invalid state; with no timer
+        the sensor is unavailable instead (discovery.py)."""
         shown = timer or dict.fromkeys(("id", "kind", "label", "at", "due", "board"))
+        if timer is not None:   # before the fields, which make the sensor available
+            self._next_timer_at = timer["at"].encode()
+            self._queue(self.topics.next_timer_at, self._next_timer_at, retain=True)
         self._next_timer = messages.encode(shown)
         self._queue(self.topics.next_timer, self._next_timer, retain=True)
+
+    def _voice_state(self) -> list[tuple[str, bytes]]:
+        return [] if self.voice is None else [
+            (self.topics.voice, messages.encode({"state": self.voice}))]
 
     # ---- what comes in ----
 
@@ -331,8 +346,7 @@ class MqttService:
         if topic == f"{config.discovery_prefix}/status":
             if isinstance(packet, codec.Publish) and packet.payload == b"online":
                 log.info("mqtt: Home Assistant is online: discovery configs again")
-                for topic, payload in self._discovery():
-                    self._queue(topic, payload, retain=True)
+                self._queue_discovery()
             return
         if topic == topics.house_claim:
             self._claim_received(packet)
@@ -397,8 +411,24 @@ class MqttService:
     def _state_payload(self) -> bytes:
         return messages.encode({"state": self.state, "asks": len(self._thinking)})
 
+    def _queue_discovery(self) -> None:
+        for topic, payload in self._discovery():
+            self._queue(topic, payload, retain=True)
+
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask (a device's state): not the board's."""
+        """A reply of no ask: the voice door's state goes to its own retained
+        topic (its sensor's config with the first); a device's is not the board's.
+        Away from the broker nothing is queued: the connect publishes both."""
+        if not isinstance(reply, replies.VoiceState):
+            return
+        first = self.voice is None
+        self.voice = reply.state
+        if not self.session.connected:
+            return
+        if first:
+            self._queue_discovery()
+        for topic, payload in self._voice_state():
+            self._queue(topic, payload, retain=True)
 
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None:
         """A reply of any of the daemon's asks (the center gives them all):

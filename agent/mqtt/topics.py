@@ -30,6 +30,7 @@ class Topics:
 
     availability = _own("availability")
     state = _own("state")
+    voice = _own("voice")        # the voice door's state, with [voice]
     ask = _own("ask")            # in
     announce = _own("announce")  # in
     stop = _own("stop")          # in
@@ -41,6 +42,7 @@ class Topics:
     error = _own("error")
     event = _own("event")        # Home Assistant's event entity
     next_timer = _own("next_timer")  # retained: the soonest timer or reminder
+    next_timer_at = _own("next_timer/at")  # retained: its time alone, while there is one
 
     @property
     def house_ask(self) -> str:

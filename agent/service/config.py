@@ -87,7 +87,7 @@ _VOICE_KEYS = ("source", "alsa_device", "program", "address", "rate", "width", "
                "connect_timeout", "answer_timeout", "session", "provider", "start_seconds",
                "silence_seconds", "max_seconds", "min_seconds", "threshold", "follow_up",
                "follow_up_seconds", "error_text", "speech_tail", "barge_in",
-               "barge_in_threshold", "wake_server", "arbitration_window")
+               "barge_in_threshold", "wake_server", "arbitration_window", "wake_sound")
 _WAKE_KEYS = ("model", "session", "provider", "language", "server")
 MAX_WAKE_NAME = 100   # a wake server's name for a wake word
 _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_groups",
@@ -340,7 +340,8 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         return VoiceConfig()
     from agent.session.store import check_session_id
     from agent.voice.audio import Format
-    from agent.voice.config import BUILTIN, MAX_ARBITRATION_WINDOW, SourceConfig, WakeWord
+    from agent.voice.config import (BUILTIN, MAX_ARBITRATION_WINDOW, SourceConfig, WakeWord,
+                                    read_wake_sound)
     from agent.voice.endpoint import Limits
 
     def session_of(reader, key: str, default):
@@ -420,6 +421,14 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
                     min_seconds=table.number("min_seconds", 0.3, 0, 10),
                     threshold=table.number("threshold", 0.5, 0.01, 0.99))
     error_text = table.get("error_text", str, "I could not hear that.")
+    wake_sound = None
+    sound_path = table.get("wake_sound", str, None)
+    if sound_path is not None:
+        sound_path = os.path.join(config_dir, sound_path)
+        try:
+            wake_sound = read_wake_sound(sound_path)
+        except ValueError as error:
+            raise table.error("wake_sound", f"{sound_path}: {error}") from None
     return VoiceConfig(
         enabled=True, source=source, wake=tuple(wake), wake_server=wake_server,
         asr=_address(table, "asr", table.get("asr", str)),
@@ -435,7 +444,8 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         barge_in=table.get("barge_in", bool, True),
         barge_in_threshold=table.number("barge_in_threshold", 0.9, 0.01, 0.999),
         arbitration_window=table.number("arbitration_window", 0.15, 0,
-                                        MAX_ARBITRATION_WINDOW))
+                                        MAX_ARBITRATION_WINDOW),
+        wake_sound=wake_sound)
 
 
 def _address(table: Table, key: str, value: str) -> tuple[str, str, int]:

@@ -70,6 +70,7 @@ log = logging.getLogger("homeagent.voice")
 SPEAKING_POLL = 0.05
 # past the endpointer's own limits: a microphone that stops giving frames
 LISTEN_GRACE = 2.0
+WAKE_SOUND_GRACE = 3.0  # past its length: a sink's start, and a speaker's own buffer
 
 
 class VoiceService:
@@ -110,6 +111,7 @@ class VoiceService:
         if state != self.state:
             log.debug("voice: %s", state)
             self.state, self.since = state, time.monotonic()
+            self.center.notice(replies.VoiceState(state))  # the socket, MQTT, the boards
         self._taking = self.config.barge_in or state in ("idle", "listening")
         if state != "listening":
             while True:  # what was buffered is stale now
@@ -183,6 +185,20 @@ class VoiceService:
         self.counts["lost_to_another_board"] += 1
         log.info("voice: %s is answered by another board", wake.name)
         return False
+    async def _wake_sound(self, sound: replies.Sound) -> None:
+        """The wake sound on the speech devices, heard out before listening:
+        until they are quiet and speech_tail after (its echo), the
+        microphone's frames are dropped as they come, never sent to the ASR."""
+        self._taking = False  # listening sets it again
+        try:
+            await self.center.play(sound)
+        except Refused as refused:
+            log.info("voice: the wake sound not played: %s", refused)
+            return
+        with trio.move_on_after(sound.seconds + WAKE_SOUND_GRACE):
+            while self.speaking():
+                await trio.sleep(SPEAKING_POLL)
+        await trio.sleep(self.config.speech_tail)
 
     async def _barge_in(self, wake: WakeWord) -> None:
         """Stop every ask and silence the speech devices (the module says why)."""
@@ -198,6 +214,8 @@ class VoiceService:
         """One utterance, from listening to the answer spoken; whether to
         listen again without the wake word."""
         config = self.config
+        if not follow_up and config.wake_sound is not None:
+            await self._wake_sound(config.wake_sound)
         self._set("listening")
         if follow_up:
             self.counts["follow_ups"] += 1
