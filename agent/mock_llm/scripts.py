@@ -81,8 +81,8 @@ def forced_tool_call(spec: str) -> Answer:
     send an unknown tool, arguments off the schema, or invalid JSON), and
     optionally "count": how many such calls the answer makes, or "size": the
     arguments are that many bytes, the given ones padded with a "pad" string
-    (Chat Completions sends the calls of an answer as they come, so "count"
-    is sent by that format only)."""
+    (Chat Completions and Anthropic send the calls of an answer one after
+    the other, so "count" is sent by those formats only)."""
     value = json.loads(spec)
     count, size = (value.get("count", 1), value.get("size", 0)) if isinstance(value, dict) \
         else (None, None)

@@ -312,8 +312,9 @@ class AnthropicMessages:
                            "signature": f"mock-signature-{turn.seed}"})
         if answer.text:
             blocks.append({"type": "text", "text": answer.text})
-        if answer.tool_use:
-            blocks.append({"type": "tool_use", "id": f"toolu_mock_{turn.seed}",
+        for index in range(answer.tool_use.count if answer.tool_use else 0):
+            blocks.append({"type": "tool_use",
+                           "id": f"toolu_mock_{turn.seed}" + (f"_{index}" if index else ""),
                            "name": answer.tool_use.name, "input": answer.tool_use.arguments})
         return blocks
 

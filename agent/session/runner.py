@@ -437,9 +437,19 @@ class Runner:
             outcomes[id(call)] = await self.tools.call(call)
 
         unyielded = 0  # replies since forward last yielded
+        # Calls the decoder gave up on (cut off, damaged): held until the
+        # stream says whether it broke; a broken answer that goes on drops them.
+        unfinished: list[ev.ToolCallDone] = []
 
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
+                if may_resume and isinstance(event, ev.ToolCallDone) \
+                        and not event.tool_call.complete:
+                    unfinished.append(event)
+                else:
+                    await deliver(event)
+
+            async def deliver(event: object) -> None:
                 nonlocal completed, unyielded, first_reply
                 if type(event) is rec.TextDelta:  # the per-token path
                     text = event.text if splice is None else splice.feed(event.text)
@@ -497,6 +507,8 @@ class Runner:
                 failure = _failure(provider.name, answer, earlier, "".join(said))
                 if failure is not None:
                     failure.partial = answer
+                for event in unfinished if failure is None else ():
+                    await deliver(event)
             except streaming.ToolsUnsupported as exc:
                 # The model's or the server's limit, not an outage: health stays as it is.
                 failure = AskFailed(replies.Error(
