@@ -179,6 +179,15 @@ def upstream(name: str, url: str, settings: dict, fault: str | None = None,
                     fallback=fallback, policy=Policy(30, 1800))
 
 
+async def ask_alone(tmp_path, mock, kind: str, fault: str,
+                    resume: str) -> tuple[Asker, list[replies.Reply]]:
+    """One ask of provider p of this kind, whose answers break by fault."""
+    asker = Asker(tmp_path, {"p": upstream("p", mock.url, PROTOCOLS[kind], fault,
+                                           resume=resume)}, "p")
+    async with asker.client:
+        return asker, await asker.ask()
+
+
 def one_answer(got: list[replies.Reply], failed: str, code: ErrorCode) -> replies.Failover:
     """Every character once, in order: the deltas, done's text and the history."""
     failover, = of_kind(got, replies.Failover)
@@ -199,10 +208,7 @@ def of_kind(got: list, cls) -> list:
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("kind", PROTOCOLS)
 async def test_a_broken_answer_goes_on_on_the_same_provider(tmp_path, mock, kind, fault):
-    asker = Asker(tmp_path, {"p": upstream("p", mock.url, PROTOCOLS[kind], f"{fault},once",
-                                           resume="same")}, "p")
-    async with asker.client:
-        got = await asker.ask()
+    asker, got = await ask_alone(tmp_path, mock, kind, f"{fault},once", "same")
     failover = one_answer(got, "p", WHY[fault])
     assert failover.provider == "p"
     assert got[-1].attempts == 2
@@ -227,10 +233,7 @@ async def test_a_chat_answer_goes_on_on_an_anthropic_fallback(tmp_path, mock, fa
 
 @pytest.mark.trio
 async def test_resumes_are_bounded_and_end_with_the_error(tmp_path, mock):
-    asker = Asker(tmp_path, {"p": upstream("p", mock.url, PROTOCOLS["anthropic"], "drop",
-                                           resume="same")}, "p")
-    async with asker.client:
-        got = await asker.ask()
+    asker, got = await ask_alone(tmp_path, mock, "anthropic", "drop", "same")
     assert [type(r).__name__ for r in got if type(r) is not replies.Delta] == \
         ["Started", "Failover", "Failover", "Error"]
     error = got[-1]
@@ -242,10 +245,7 @@ async def test_resumes_are_bounded_and_end_with_the_error(tmp_path, mock):
 
 @pytest.mark.trio
 async def test_resume_off_ends_the_ask_as_before(tmp_path, mock):
-    asker = Asker(tmp_path, {"p": upstream("p", mock.url, PROTOCOLS["chat"], "drop,once",
-                                           resume="off")}, "p")
-    async with asker.client:
-        got = await asker.ask()
+    _, got = await ask_alone(tmp_path, mock, "chat", "drop,once", "off")
     assert not of_kind(got, replies.Failover)
     assert got[-1].code is ErrorCode.INTERRUPTED
 
