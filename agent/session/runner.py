@@ -46,10 +46,20 @@ any reply of the answer went out (no connection, a timeout, a 5xx, a 429
 after its retries, a refused key, an error event or an error body before
 the first delta, a body that is no stream) hands the ask to the next
 admitted provider, with a failover reply saying which failed and why. Once
-a delta, reasoning, a tool call or a warning was sent, the ask stays with
-its provider: a second answer after part of a first would be nonsense to
-the client and to the history. Every request's outcome goes into the
-provider's health, in later steps too.
+a delta, reasoning, a tool call or a warning was sent, a second answer
+after part of a first would be nonsense to the client and to the history:
+a stream that breaks then (connection lost, read timeout, an error event,
+a body cut short) is resumed instead (docs/failover.md), by the failed
+provider's `resume` mode and at most ask_limits.resumes times: the same
+request with the delivered text after it goes to the next admitted provider
+(or the same one), a failover reply with resumed_at says so, and the
+continuation passes through a Splice (agent/providers/resume.py) that drops
+what it repeats, so every character reaches the client once. A call the
+break cut is never run (held until the stream says it broke, then dropped);
+calls that arrived whole ran, so the broken answer ends its step with them
+and the next request carries their results. The step keeps one message
+(resumed_message). Every request's outcome goes into the provider's
+health, in later steps too.
 
 Damage: an upstream event the decoder had to drop (not JSON, too large...)
 is a warning as it happens; done counts them in dropped_events, and the
