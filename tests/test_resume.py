@@ -254,6 +254,11 @@ async def test_resume_off_ends_the_ask_as_before(tmp_path, mock):
 
 ANSWER = ("The kitchen light is on. The front door is locked. The heating is set to twenty "
           "degrees. The windows in the bedroom are closed. Is there anything else?")
+
+
+def answer_for(fault: str) -> str:
+    """ANSWER with a first sentence of its own: each test's speech told apart."""
+    return f"Report number {FAULTS.index(fault) + 1} follows. {ANSWER}"
 SPEAKER = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + chr(10))"
 RELAY = ("import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + chr(10)); "
          "print('relay', sys.argv[2], 'is', sys.argv[3])")
@@ -267,12 +272,13 @@ def house(tmp_path_factory, mock):
     """A daemon with a speech device and a relay tool; its primaries are Chat
     providers that each break one way, their fallbacks Anthropic."""
     directory = tmp_path_factory.mktemp("house")
-    forced = {"x-mock-answer": json.dumps(ANSWER)}
-    providers = {f"chat-{fault}": {
-        "headers": {**forced, "x-mock-fault": fault},
-        "fallback": ["claude"], **({"read_timeout": SHORT_READ} if fault == "stall" else {})}
-        for fault in FAULTS}
-    providers["claude"] = {"protocol": "anthropic", "headers": forced}
+    providers = {}
+    for fault in FAULTS:
+        forced = {"x-mock-answer": json.dumps(answer_for(fault))}
+        providers[f"chat-{fault}"] = {
+            "headers": {**forced, "x-mock-fault": fault}, "fallback": [f"claude-{fault}"],
+            **({"read_timeout": SHORT_READ} if fault == "stall" else {})}
+        providers[f"claude-{fault}"] = {"protocol": "anthropic", "headers": forced}
     providers["chat-tools"] = {"headers": {"x-mock-fault": "cut-string"},
                                "fallback": ["claude-tools"]}
     providers["claude-tools"] = {"protocol": "anthropic"}
@@ -294,13 +300,15 @@ def house(tmp_path_factory, mock):
     assert daemon.stop() == 0, daemon.log()
 
 
-def spoken(directory, count: int) -> list[str]:
-    """The spoken sentences, once `count` of them were (or a hang guard passed)."""
+def spoken(directory, sentences: list[str]) -> list[str]:
+    """The sentences spoken from the first of these on (a sentence of one
+    test alone), once as many were spoken (or a hang guard passed)."""
     path = directory / "spoken"
     deadline = time.monotonic() + timeout(30)
     while True:
         lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) >= count or time.monotonic() > deadline:
+        lines = lines[lines.index(sentences[0]):] if sentences[0] in lines else []
+        if len(lines) >= len(sentences) or time.monotonic() > deadline:
             return lines
         time.sleep(0.02)
 
@@ -308,19 +316,19 @@ def spoken(directory, count: int) -> list[str]:
 @pytest.mark.parametrize("fault", FAULTS)
 def test_the_speech_device_says_every_sentence_once(house, fault):
     daemon, directory = house
-    before = len(spoken(directory, 0))
+    answer = answer_for(fault)
     with daemon.client(timeout(30)) as client:
         got = list(client.request("ask", prompt="Status please", provider=f"chat-{fault}",
                                   session=f"house-{fault}"))
         history = client.call("history", session=f"house-{fault}")
     text = "".join(r["text"] for r in of_type(got, "delta"))
-    assert text == ANSWER and of_type(got, "done")[0]["text"] == ANSWER, got
+    assert text == answer and of_type(got, "done")[0]["text"] == answer, got
     failover, = of_type(got, "failover")
-    assert failover["failed"] == f"chat-{fault}" and failover["provider"] == "claude"
-    assert 0 < failover["resumed_at"] < len(ANSWER)
-    sentences = ANSWER.replace(". ", ".\n").splitlines()
-    assert spoken(directory, before + len(sentences))[before:] == sentences
-    assert [t["text"] for t in history["turns"] if t["role"] == "assistant"] == [ANSWER]
+    assert failover["failed"] == f"chat-{fault}" and failover["provider"] == f"claude-{fault}"
+    assert 0 < failover["resumed_at"] < len(answer)
+    sentences = answer.replace(". ", ".\n").splitlines()
+    assert spoken(directory, sentences) == sentences  # in order, each once
+    assert [t["text"] for t in history["turns"] if t["role"] == "assistant"] == [answer]
 
 
 def test_a_tool_call_cut_half_way_is_asked_for_again_and_runs_once(house):
@@ -360,3 +368,38 @@ def test_complete_calls_of_a_broken_answer_end_its_step_and_it_goes_on(house):
     assert done["steps"] == 2 and done["text"].startswith("Calling set_relay.Done.")
     calls = [t for t in history["turns"] if t["role"] == "assistant"][0]["tool_calls"]
     assert len(calls) == 1
+
+
+# ---- the config keys ----
+
+RESUME_CONFIG = """default_provider = "a"
+[sessions]
+max_resumes = 4
+[providers.a]
+protocol = "openai-chat"
+base_url = "http://127.0.0.1:8080/v1"
+model = "m"
+resume = "same"
+prefill = true
+"""
+
+
+def test_the_keys_reach_the_provider_and_the_limits():
+    from agent.service.config import parse
+    from agent.service.daemon import ask_limits_of
+    config = parse(RESUME_CONFIG, "config.toml", {})
+    made = config.providers["a"].provider
+    assert (made.resume, made.prefill, made.continues_prefill()) == ("same", True, True)
+    assert ask_limits_of(config).resumes == 4
+
+
+@pytest.mark.parametrize("old, new, key", [
+    ('resume = "same"', 'resume = "later"', "providers.a.resume"),
+    ('protocol = "openai-chat"', 'protocol = "ollama"', "providers.a.prefill"),
+    ("max_resumes = 4", "max_resumes = 17", "sessions.max_resumes"),
+])
+def test_a_bad_key_is_named(old, new, key):
+    from agent.service.config import ConfigError, parse
+    with pytest.raises(ConfigError) as caught:
+        parse(RESUME_CONFIG.replace(old, new), "config.toml", {})
+    assert caught.value.key == key, caught.value
