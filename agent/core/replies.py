@@ -103,17 +103,21 @@ class Started(Reply):
     model: str
 
 
-@_reply("failover", omitted_when_none=("status",))
+@_reply("failover", omitted_when_none=("status", "resumed_at"))
 class Failover(Reply):
-    """The provider named in started (or the last failover) failed before
-    any reply of its answer was sent; the ask goes to provider now. code,
-    message and status are what its error would have been."""
+    """The provider named in started (or the last failover) failed; the ask
+    goes to provider now (which may be the same one). code, message and
+    status are what its error would have been. Without resumed_at it failed
+    before any reply of its answer was sent; with it, its stream broke
+    mid-answer and the answer goes on from that character (code points of
+    the ask's text, every step's: done's text up to there)."""
     failed: str
     code: ErrorCode
     message: str
     provider: str
     model: str
     status: int | None = None
+    resumed_at: int | None = None
 
 
 @_reply("delta")

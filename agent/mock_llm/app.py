@@ -20,7 +20,12 @@ from agent.mock_llm.cache import HEADER as CACHE_HEADER, PromptCache
 
 FAULTS = frozenset({"drop", "stall", "429", "500-once", "error-event", "garbage",
                     "json-error", "not-streamed", "html", "empty", "gzip", "deflate",
-                    "cut-json", "500", "401", "stall-start", "error-first"})
+                    "cut-json", "500", "401", "stall-start", "error-first", "cut-string",
+                    "once"})
+# Faults that break a stream after part of it was sent; with "once" they
+# break only the first such answer of each x-mock-fault-key, so that the
+# answer's continuation, on the same instance, comes whole.
+MID_STREAM = frozenset({"drop", "stall", "error-event", "cut-string"})
 MASKED_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
 REQUESTS_PATH = "/_mock/requests"
 FAULTS_PATH = "/_mock/faults"  # GET or PUT the faults of every request to this instance
@@ -57,6 +62,7 @@ class MockApp:
     faults: frozenset[str] = frozenset()
     retry_after: float = 1
     _failed_once: set = field(default_factory=set)
+    _broken_once: set = field(default_factory=set)
     prompt_cache: PromptCache = field(default_factory=PromptCache)
 
     def handle(self, connection: int, method: str, target: str,
@@ -145,6 +151,13 @@ class MockApp:
                 answer = scripts.forced_tool_call(forced)
             except ValueError as exc:
                 return _json_reply(400, fmt.error_body(400, f"x-mock-tool-call: {exc}"))
+        if conversation.continues is not None:
+            answer = scripts.continued(answer, conversation)
+        if "once" in faults:
+            key = (path, names.get("x-mock-fault-key", ""))
+            if key in self._broken_once:
+                faults -= MID_STREAM
+            self._broken_once.add(key)
         turn = _turn(request, body, names, quirks, conversation.user_text)
         if names.get(CACHE_HEADER, "").lower() == "on":
             turn = dataclasses.replace(turn, cache=(
@@ -200,8 +213,8 @@ class MockApp:
 
 
 def _apply_cut(reply: Reply, faults: set, fmt, turn: wire.Turn) -> None:
-    """Stop the body half-way for drop, stall and error-event; at its start
-    for stall-start and error-first."""
+    """Stop the body half-way for drop, stall, error-event and cut-string;
+    at its start for stall-start and error-first."""
     middle = len(reply.parts) // 2
     if "drop" in faults:
         # Cut inside a part, so the client is left with half an event too.
@@ -219,6 +232,11 @@ def _apply_cut(reply: Reply, faults: set, fmt, turn: wire.Turn) -> None:
     elif "error-event" in faults and reply.streaming:
         reply.parts = reply.parts[:middle] + [
             fmt.error_event("the model is overloaded (mock)", turn, middle)]
+    elif "cut-string" in faults and reply.streaming:
+        # The body ends, as if whole, inside a JSON string of the middle event:
+        # before the closing quote of its last string.
+        data = reply.parts[middle]
+        reply.parts = reply.parts[:middle] + [data[:data.rstrip(b"\r\n").rfind(b'"')]]
     elif "cut-json" in faults and reply.streaming:
         # The middle event's JSON loses its second half; the event still ends.
         part = reply.parts[middle]

@@ -14,6 +14,8 @@ import json
 import re
 from dataclasses import dataclass, replace
 
+from agent.providers.resume import sentence_starts
+
 ENGLISH = "The living room is 21.5 °C and the humidity is 40 %. Anything else?"
 CHINESE = "客厅现在是二十一度半，湿度百分之四十。还需要什么吗？"
 GERMAN = "Im Wohnzimmer sind es 21,5 °C. Die Tür ist zu, die Lüftung läuft – schöne Grüße!"
@@ -42,11 +44,16 @@ _SWITCH_TOOL_WORDS = ("relay", "switch", "light", "power", "set_")
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """What decides the answer: the last user text, the tool result when the
-    last message is one, and the names of the tools offered, in order."""
+    last message is one, and the names of the tools offered, in order.
+    continues: the text of a cut answer the request asks to continue, as a
+    final assistant message (a prefill) or, with restart, followed by the
+    daemon's instruction to continue."""
     user_text: str
     tool_result: str | None
     tool_names: tuple[str, ...]
     thinking: bool = True  # may reason before a tool call (Anthropic: thinking enabled)
+    continues: str | None = None
+    restart: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +81,8 @@ def forced_tool_call(spec: str) -> Answer:
     send an unknown tool, arguments off the schema, or invalid JSON), and
     optionally "count": how many such calls the answer makes, or "size": the
     arguments are that many bytes, the given ones padded with a "pad" string
-    (Chat Completions sends the calls of an answer as they come, so "count"
-    is sent by that format only)."""
+    (Chat Completions and Anthropic send the calls of an answer one after
+    the other, so "count" is sent by those formats only)."""
     value = json.loads(spec)
     count, size = (value.get("count", 1), value.get("size", 0)) if isinstance(value, dict) \
         else (None, None)
@@ -120,6 +127,19 @@ def choose_answer(conversation: Conversation) -> Answer:
     if "emoji" in text:
         return Answer(EMOJI)
     return Answer(ENGLISH)
+
+
+def continued(answer: Answer, conversation: Conversation) -> Answer:
+    """The rest of an answer whose cut text the request carries: after the
+    text of a prefill (which may have lost its trailing whitespace), or,
+    asked by instruction, from the start of the sentence the cut is in, as
+    the instruction says (the daemon removes the repeat). No reasoning again."""
+    cut, text = conversation.continues or "", answer.text
+    if conversation.restart:
+        start = max(s for s in sentence_starts(text) if s <= len(cut))
+    else:
+        start = len(cut) if text.startswith(cut) else 0
+    return Answer(text[start:], tool_use=answer.tool_use)
 
 
 def reasons_before_tools(user_text: str) -> bool:

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from agent.mock_llm import scripts
+from agent.providers.resume import CONTINUE_INSTRUCTION
 from agent.mock_llm.cache import Figures
 from agent.mock_llm.scripts import Answer, Conversation
 
@@ -106,6 +107,21 @@ def _last(items: list) -> dict:
     return items[-1] if items and isinstance(items[-1], dict) else {}
 
 
+def _continuation(messages: list) -> tuple[list, dict]:
+    """A request to continue a cut answer (agent/providers/requests.py): the
+    messages or items before the cut answer, and the Conversation fields
+    saying so: its text as the final assistant message (a prefill), or that
+    followed by the instruction to continue (restart)."""
+    last = _last(messages)
+    if last.get("role") == "assistant":
+        return messages[:-1], {"continues": _text(last.get("content"))}
+    before = _last(messages[:-1])
+    if last.get("role") == "user" and _text(last.get("content")) == CONTINUE_INSTRUCTION \
+            and before.get("role") == "assistant":
+        return messages[:-2], {"continues": _text(before.get("content")), "restart": True}
+    return messages, {}
+
+
 def _names(tools, name_of) -> tuple[str, ...]:
     if not isinstance(tools, list):
         return ()
@@ -133,11 +149,11 @@ class ChatCompletions:
 
     @staticmethod
     def conversation(body: dict) -> Conversation:
-        messages = _list(body.get("messages"))
+        messages, continuation = _continuation(_list(body.get("messages")))
         last = _last(messages)
         result = _text(last.get("content")) if last.get("role") == "tool" else None
         tools = _names(body.get("tools"), lambda t: (t.get("function") or {}).get("name"))
-        return Conversation(_last_user_text(messages), result, tools)
+        return Conversation(_last_user_text(messages), result, tools, **continuation)
 
     @staticmethod
     def stream(answer: Answer, turn: Turn) -> list[bytes]:
@@ -240,14 +256,14 @@ class AnthropicMessages:
 
     @staticmethod
     def conversation(body: dict) -> Conversation:
-        messages = _list(body.get("messages"))
+        messages, continuation = _continuation(_list(body.get("messages")))
         last = _last(messages)
         results = [block for block in _list(last.get("content"))
                    if isinstance(block, dict) and block.get("type") == "tool_result"]
         result = _text(results[-1].get("content")) if results else None
         return Conversation(_last_user_text(messages), result,
                             _names(body.get("tools"), lambda t: t.get("name")),
-                            thinking=AnthropicMessages._thinking(body))
+                            thinking=AnthropicMessages._thinking(body), **continuation)
 
     @staticmethod
     def _thinking(body: dict) -> bool:
@@ -296,8 +312,9 @@ class AnthropicMessages:
                            "signature": f"mock-signature-{turn.seed}"})
         if answer.text:
             blocks.append({"type": "text", "text": answer.text})
-        if answer.tool_use:
-            blocks.append({"type": "tool_use", "id": f"toolu_mock_{turn.seed}",
+        for index in range(answer.tool_use.count if answer.tool_use else 0):
+            blocks.append({"type": "tool_use",
+                           "id": f"toolu_mock_{turn.seed}" + (f"_{index}" if index else ""),
                            "name": answer.tool_use.name, "input": answer.tool_use.arguments})
         return blocks
 
@@ -382,14 +399,14 @@ class Responses:
         items = body.get("input")
         if isinstance(items, str):
             return Conversation(items, None, ())
-        items = _list(items)
+        items, continuation = _continuation(_list(items))
         last = _last(items)
         result = None
         if last.get("type") == "function_call_output":
             output = last.get("output")
             result = output if isinstance(output, str) else _json(output)
         return Conversation(_last_user_text(items), result,
-                            _names(body.get("tools"), lambda t: t.get("name")))
+                            _names(body.get("tools"), lambda t: t.get("name")), **continuation)
 
     @staticmethod
     def reasoned_item(user_text: str) -> str:

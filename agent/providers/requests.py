@@ -32,6 +32,12 @@ with its tests is docs/reasoning-replay.md):
 A tool result's is_error is a field only in Anthropic's format; the others
 get the content text alone.
 
+A resumed answer (agent/providers/resume.py, docs/failover.md): a
+Conversation with `resume` adds the delivered text after the history, as a
+final assistant message to continue (Anthropic without thinking; an
+openai-chat provider with `prefill`) or as an assistant turn and an
+instruction to continue (the others).
+
 Prompt caching (docs/caching.md): every body puts what stays the same
 first and the growing history last (model and settings, then the tools,
 sorted by name, then Anthropic's system, then the messages or input), so
@@ -51,6 +57,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from agent.providers.resume import CONTINUE_INSTRUCTION, RESUME_MODES, prefill_text
 from agent.stream.message import Message, TextPart, ThinkingPart, ToolCall
 
 PROTOCOLS = ("openai-chat", "anthropic", "openai-responses", "ollama")
@@ -142,6 +149,13 @@ class Provider:
     # of CACHE_BREAKPOINTS.
     cache: str = "auto"
     cache_breakpoints: tuple[str, ...] | None = None
+    # An answer whose stream breaks after part of it was delivered goes on
+    # (RESUME_MODES): "fallback" on the next healthy provider of its
+    # failover order (this one when none is), "same" here, "off" not at all.
+    resume: str = "fallback"
+    # openai-chat only: the server continues a final assistant message
+    # (llama.cpp; vLLM with continue_final_message, which is sent).
+    prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -155,7 +169,8 @@ class Provider:
                 raise ValueError(f"provider {self.name!r}: {name} must be positive")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"provider {self.name!r}: max_tokens must be positive")
-        problem = self._ollama_problem() or self._thinking_problem() or self._cache_problem()
+        problem = (self._ollama_problem() or self._thinking_problem() or self._cache_problem()
+                   or self._resume_problem())
         if problem is not None:
             raise ValueError(f"provider {self.name!r}: {problem}")
 
@@ -189,6 +204,23 @@ class Provider:
             return "cache_breakpoints names a place more than once"
         object.__setattr__(self, "cache_breakpoints", tuple(places))  # frozen: a list from TOML
         return None
+
+    def _resume_problem(self) -> str | None:
+        if self.resume not in RESUME_MODES:
+            return f"resume must be one of {', '.join(RESUME_MODES)}, not {self.resume!r}"
+        if type(self.prefill) is not bool:
+            return f"prefill must be true or false, not {self.prefill!r}"
+        if self.prefill and self.protocol != "openai-chat":
+            return ("prefill is an option of protocol \"openai-chat\" only: anthropic "
+                    f"continues a final assistant message by itself, {self.protocol!r} not")
+        return None
+
+    def continues_prefill(self) -> bool:
+        """Whether a resumed answer is asked for as a final assistant message
+        to continue (agent/providers/resume.py), not with an instruction."""
+        if self.protocol == "anthropic":
+            return self.thinking_budget is None  # Anthropic refuses a prefill with thinking
+        return self.prefill
 
     def prompt_cache(self) -> str | None:
         """The cache field this provider's requests carry, or None."""
@@ -304,10 +336,13 @@ class ToolResult:
 class Conversation:
     """A system prompt and the turns: UserTurn, AssistantTurn, ToolResult;
     session names the history they come from (a prompt_cache_key derives
-    from it), None for none."""
+    from it), None for none. resume: the text of a broken answer, delivered
+    already, that the request asks the model to continue; it goes after
+    the turns, so the cached prefix stays as it was."""
     system: str | None = None
     turns: list = field(default_factory=list)
     session: str | None = None
+    resume: str | None = None
 
 
 def prompt_cache_key(session: str) -> str:
@@ -373,7 +408,27 @@ def _chat(provider: Provider, conversation: Conversation, tools: list[Tool]):
         body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
     body["messages"] = _role_messages(conversation, _chat_assistant,
                                       lambda result: {"tool_call_id": result.call_id})
+    if _continue_roles(provider, conversation, body["messages"]):
+        # vLLM's names for "continue it"; llama.cpp continues by itself and
+        # ignores them. After the messages: the cached prefix stays.
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
     return "/chat/completions", body
+
+
+def _continue_roles(provider: Provider, conversation: Conversation, messages: list) -> bool:
+    """The continuation of a broken answer in the formats of role messages:
+    an assistant message, then the instruction unless it is a prefill;
+    whether it is one."""
+    if not conversation.resume:
+        return False
+    prefill = provider.continues_prefill()
+    messages.append({"role": "assistant",
+                     "content": prefill_text(conversation.resume) if prefill
+                     else conversation.resume})
+    if not prefill:
+        messages.append({"role": "user", "content": CONTINUE_INSTRUCTION})
+    return prefill
 
 
 def _cache_fields(provider: Provider, conversation: Conversation, body: dict) -> None:
@@ -454,6 +509,12 @@ def _anthropic(provider: Provider, conversation: Conversation, tools: list[Tool]
     for place, at in (("previous", -3), ("last", -1)):
         if place in places and len(messages) >= -at:
             _mark_last_block(messages[at])
+    if conversation.resume:  # after the breakpoints: they mark what the next ask repeats
+        if provider.continues_prefill():
+            add("assistant", [{"type": "text", "text": prefill_text(conversation.resume)}])
+        else:
+            add("assistant", [{"type": "text", "text": conversation.resume}])
+            add("user", [{"type": "text", "text": CONTINUE_INSTRUCTION}])
     body["messages"] = messages
     return "/messages", body
 
@@ -510,6 +571,11 @@ def _responses(provider: Provider, conversation: Conversation, tools: list[Tool]
                           "parameters": dict(t.parameters), "strict": t.strict} for t in tools]
     if conversation.system is not None:
         body["instructions"] = conversation.system
+    if conversation.resume:  # no prefill in this format: an instruction
+        items += [{"type": "message", "role": "assistant",
+                   "content": [{"type": "output_text", "text": conversation.resume}]},
+                  {"type": "message", "role": "user",
+                   "content": [{"type": "input_text", "text": CONTINUE_INSTRUCTION}]}]
     body["input"] = items
     return "/responses", body
 
@@ -551,6 +617,7 @@ def _ollama(provider: Provider, conversation: Conversation, tools: list[Tool]):
         body["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
     body["messages"] = _role_messages(conversation, _ollama_assistant,
                                       lambda result: {"tool_name": result.name})
+    _continue_roles(provider, conversation, body["messages"])
     return "/api/chat", body
 
 

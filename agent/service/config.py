@@ -96,12 +96,13 @@ _DAEMON_KEYS = ("socket", "socket_mode", "socket_group", "allow_users", "allow_g
                 "max_clients", "max_clients_per_user", "max_announce_chars",
                 "log_level")
 _SESSION_KEYS = ("system_prompt", "max_turns", "max_bytes", "max_tool_steps", "max_tool_calls",
-                 "max_tool_arguments", "max_answer_bytes", "memory_sessions", "memory_bytes",
-                 "unnamed_keep", "unnamed_max_age")
+                 "max_tool_arguments", "max_answer_bytes", "max_resumes", "memory_sessions",
+                 "memory_bytes", "unnamed_keep", "unnamed_max_age")
 # Given only when set, so their defaults stay Provider's own.
 _PROVIDER_OPTIONAL = {"connect_timeout": float, "read_timeout": float,
                       "total_timeout": float, "max_tokens": int, "num_ctx": int,
-                      "thinking_budget": int, "cache": str, "cache_breakpoints": list}
+                      "thinking_budget": int, "cache": str, "cache_breakpoints": list,
+                      "resume": str, "prefill": bool}
 # Ollama's options of more than one TOML type: Provider checks them.
 _PROVIDER_ANY = ("keep_alive", "think", "format")
 _DEVICE_COMMON = ("type", "events", "queue", "overflow", "block_timeout", "restart_max_delay",
@@ -191,6 +192,7 @@ def default_config_text(base_url: str = "http://127.0.0.1:11434/v1",
 # max_tool_calls = 8      # tool calls run of one model response; the rest get error results
 # max_tool_arguments = 65536  # bytes of one call's arguments; a longer call is not run
 # max_answer_bytes = 1048576  # of one ask's text and reasoning; past it the stream is closed
+# max_resumes = 2         # times one ask's answer goes on after its stream broke mid-answer
 # memory_sessions = 16    # histories held in memory (most recently used); others read from disk
 # memory_bytes = 1048576  # of those histories' files together
 # unnamed_keep = 64       # sessions the daemon named itself kept on disk; the oldest removed
@@ -209,6 +211,8 @@ model = {json.dumps(model)}
 # cooldown = 30.0         # seconds a failed provider is passed over; doubles per failure
 # max_cooldown = 1800.0
 # retry_without_tools = false   # a model that refuses tools is asked again without them
+# resume = "fallback"     # an answer broken mid-stream goes on: "fallback", "same" or "off"
+# prefill = false         # the server continues a final assistant message (llama.cpp, vLLM)
 """
 
 
@@ -261,6 +265,7 @@ def _sessions(table: Table) -> SessionConfig:
         max_tool_calls=table.integer("max_tool_calls", 8, 1, 64),
         max_tool_arguments=table.integer("max_tool_arguments", 65536, 1024, 1 << 20),
         max_answer_bytes=table.integer("max_answer_bytes", 1 << 20, 4096, 64 << 20),
+        max_resumes=table.integer("max_resumes", 2, 0, 16),
         memory_sessions=table.integer("memory_sessions", 16, 1, MAX_MEMORY_SESSIONS),
         memory_bytes=table.integer("memory_bytes", 1 << 20, 4096, 1 << 30),
         unnamed_keep=table.integer("unnamed_keep", 64, 1, MAX_UNNAMED_KEEP),

@@ -56,6 +56,7 @@ class SessionConfig:
     max_tool_calls: int = 8
     max_tool_arguments: int = 65536
     max_answer_bytes: int = 1 << 20
+    max_resumes: int = 2           # an answer broken mid-stream goes on at most this often
     memory_sessions: int = 16      # histories held in memory, the most recently used
     memory_bytes: int = 1 << 20    # of their files together
     unnamed_keep: int = 64         # unnamed sessions kept on disk

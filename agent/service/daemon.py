@@ -158,7 +158,8 @@ def retention_of(config: Config) -> Retention:
 def ask_limits_of(config: Config) -> AskLimits:
     sessions = config.sessions
     return AskLimits(sessions.max_tool_steps, sessions.max_tool_calls,
-                     sessions.max_tool_arguments, sessions.max_answer_bytes)
+                     sessions.max_tool_arguments, sessions.max_answer_bytes,
+                     sessions.max_resumes)
 
 
 async def _serve(config: Config, environ: Mapping[str, str]) -> None:

@@ -46,10 +46,20 @@ any reply of the answer went out (no connection, a timeout, a 5xx, a 429
 after its retries, a refused key, an error event or an error body before
 the first delta, a body that is no stream) hands the ask to the next
 admitted provider, with a failover reply saying which failed and why. Once
-a delta, reasoning, a tool call or a warning was sent, the ask stays with
-its provider: a second answer after part of a first would be nonsense to
-the client and to the history. Every request's outcome goes into the
-provider's health, in later steps too.
+a delta, reasoning, a tool call or a warning was sent, a second answer
+after part of a first would be nonsense to the client and to the history:
+a stream that breaks then (connection lost, read timeout, an error event,
+a body cut short) is resumed instead (docs/failover.md), by the failed
+provider's `resume` mode and at most ask_limits.resumes times: the same
+request with the delivered text after it goes to the next admitted provider
+(or the same one), a failover reply with resumed_at says so, and the
+continuation passes through a Splice (agent/providers/resume.py) that drops
+what it repeats, so every character reaches the client once. A call the
+break cut is never run (held until the stream says it broke, then dropped);
+calls that arrived whole ran, so the broken answer ends its step with them
+and the next request carries their results. The step keeps one message
+(resumed_message). Every request's outcome goes into the provider's
+health, in later steps too.
 
 Damage: an upstream event the decoder had to drop (not JSON, too large...)
 is a warning as it happens; done counts them in dropped_events, and the
@@ -59,6 +69,7 @@ damaged rather than as a whole answer.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib
 import logging
@@ -74,6 +85,7 @@ from agent.core.commands import Stop
 from agent.core.replies import ErrorCode
 from agent.providers.health import HealthBoard, Policy, State, failover_order
 from agent.providers.requests import AssistantTurn, Conversation, Provider, ToolResult, UserTurn
+from agent.providers.resume import Splice
 from agent.tools.base import ToolOutcome
 from agent.session.store import StorageError, TooLargeToKeep, check_session_id
 from agent.stream import records as rec
@@ -83,7 +95,7 @@ from agent.stream.decoders.base import DEFAULT_MAX_ARGUMENTS
 
 DEFAULT_MAX_ANSWER = 1 << 20  # bytes
 YIELD_EVERY = 8  # streamed replies between two yields to the other tasks, at most
-from agent.stream.message import FinishReason, Message, TextPart
+from agent.stream.message import FinishReason, Message, TextPart, ThinkingPart
 
 if TYPE_CHECKING:
     import httpx
@@ -105,6 +117,7 @@ class AskLimits:
     calls_per_answer: int = 8  # calls run of one model response; the rest get error results
     argument_bytes: int = DEFAULT_MAX_ARGUMENTS  # of one call; past it not kept, not run
     answer_bytes: int = DEFAULT_MAX_ANSWER  # text, reasoning, refusal of every step together
+    resumes: int = 2           # broken answers that go on (Provider.resume), per ask
 
 log = logging.getLogger("homeagent.session")
 
@@ -132,7 +145,10 @@ class Blame(enum.Enum):
 class AskFailed(Exception):
     """An ask that ended without an answer, carrying its error reply; for a
     failed request also what it says about the provider (blame, a 429's
-    retry_after) and whether any reply of its answer was sent (delivered)."""
+    retry_after) and whether any reply of its answer was sent (delivered).
+    A stream that broke mid-answer also carries what it streamed (partial,
+    the client.Answer) and its complete tool calls' outcomes, when they
+    were waited for."""
 
     def __init__(self, reply: replies.Error, blame: Blame = Blame.NONE,
                  retry_after: float | None = None, delivered: bool = True) -> None:
@@ -141,6 +157,8 @@ class AskFailed(Exception):
         self.blame = blame
         self.retry_after = retry_after
         self.delivered = delivered
+        self.partial = None
+        self.outcomes: dict[int, ToolOutcome] = {}
 
 
 class Runner:
@@ -245,6 +263,47 @@ class Runner:
             self.health_of(upstream).release()
             raise
 
+    async def _fail_over(self, chain: list[Upstream], index: int, failure: AskFailed, step: int,
+                         emit: Emit) -> tuple[int, Upstream]:
+        """A first request failed before its answer began: the next admitted
+        provider takes the ask, or the failure is the ask's."""
+        following = None
+        if step == 1 and failure.blame is not Blame.NONE:
+            following = self._next_admitted(chain, index)
+        if following is None:
+            raise failure
+        return await self._hand_on(chain, index, following, failure, emit, None)
+
+    def _resume_target(self, chain: list[Upstream], index: int, failure: AskFailed,
+                       allowed: bool) -> int | None:
+        """Where an answer whose stream broke mid-answer goes on, by its
+        provider's resume mode, or None: it ends with its error."""
+        mode = chain[index].provider.resume
+        if not allowed or mode == "off" or failure.blame is not Blame.FAILED \
+                or failure.partial is None:
+            return None
+        following = self._next_admitted(chain, index) if mode == "fallback" else None
+        return index if following is None else following  # none healthy: itself again
+
+    async def _hand_on(self, chain: list[Upstream], index: int, following: int,
+                       failure: AskFailed, emit: Emit,
+                       resumed_at: int | None) -> tuple[int, Upstream]:
+        """Say that the ask goes from chain[index] to chain[following], and why."""
+        self.health_of(chain[index]).failovers += 1
+        failed, upstream = chain[index].provider, chain[following]
+        if resumed_at is None:
+            log.warning("%s failed (%s); the ask goes to %s", failed.name,
+                        failure.reply.message, upstream.provider.name)
+        else:
+            log.warning("%s failed mid-answer (%s); %s goes on from character %d",
+                        failed.name, failure.reply.message, upstream.provider.name, resumed_at)
+        await self._announce(upstream, emit, replies.Failover(
+            failed.name, failure.reply.code, failure.reply.message, upstream.provider.name,
+            upstream.provider.model,
+            None if failure.reply.status is replies.ABSENT else failure.reply.status,
+            resumed_at))
+        return following, upstream
+
     async def _exchange(self, prompt: str, session: str, chain: list[Upstream], lock: trio.Lock,
                         emit: Emit, stop: Stop) -> None:
         if self._streaming is None:  # before _first: nothing admitted waits on it
@@ -263,38 +322,59 @@ class Runner:
         whole, steps, said = 1, 0, []
         attempts = 0
         text_bytes = 0  # of every step so far, against limits.answer_bytes
+        resumes = 0  # answers that broke mid-stream and went on, against limits.resumes
         limits = self.ask_limits
         with stop.cuts() as answering:
             for step in range(1, limits.steps + 1):
                 conversation = Conversation(self.system_prompt, [*history, *exchange], session)
+                broken: list[Message] = []  # this step's attempts that broke mid-answer
+                splice = None
                 while True:
                     try:
                         # The last request may still ask for tools; they are not run.
                         answer, outcomes = await self._step(
                             upstream, conversation, emit, limits, run_tools=step < limits.steps,
                             earlier=messages, text_budget=limits.answer_bytes - text_bytes,
-                            said=said)
+                            said=said, splice=splice, may_resume=resumes < limits.resumes
+                            and upstream.provider.resume != "off")
+                        attempts += answer.attempts
+                        text_bytes += answer.text_bytes
+                        message = answer.message if not broken \
+                            else resumed_message(broken, "".join(said), answer.message)
                         break
                     except AskFailed as failure:
-                        following = None
-                        if step == 1 and not failure.delivered \
-                                and failure.blame is not Blame.NONE:
-                            following = self._next_admitted(chain, index)
+                        if not failure.delivered:
+                            index, upstream = await self._fail_over(chain, index, failure,
+                                                                    step, emit)
+                            continue
+                        following = self._resume_target(chain, index, failure,
+                                                        resumes < limits.resumes)
                         if following is None:
                             raise
-                        self.health_of(upstream).failovers += 1
-                        failed, index = upstream.provider, following
-                        upstream = chain[index]
-                        log.warning("%s failed (%s); the ask goes to %s", failed.name,
-                                    failure.reply.message, upstream.provider.name)
-                        await self._announce(upstream, emit, replies.Failover(
-                            failed.name, failure.reply.code, failure.reply.message,
-                            upstream.provider.name, upstream.provider.model,
-                            None if failure.reply.status is replies.ABSENT
-                            else failure.reply.status))
-                attempts += answer.attempts
-                text_bytes += answer.text_bytes
-                message = answer.message
+                        resumes += 1
+                        partial = failure.partial
+                        attempts += partial.attempts
+                        text_bytes += partial.text_bytes
+                        broken.append(partial.message)
+                        delivered = "".join(said)
+                        index, upstream = await self._hand_on(
+                            chain, index, following, failure, emit,
+                            sum(len(m.text) for m in messages) + len(delivered))
+                        done_calls = [call for call in partial.message.tool_calls
+                                      if id(call) in failure.outcomes]
+                        if done_calls:
+                            # Its complete calls ran: the step ends with them, and the
+                            # next request, with their results, goes on from there.
+                            outcomes = failure.outcomes
+                            message = resumed_message(broken, delivered, Message(
+                                model=partial.message.model, parts=done_calls,
+                                finish_reason=FinishReason.TOOL_CALLS))
+                            break
+                        conversation = Conversation(self.system_prompt,
+                                                    [*history, *exchange], session,
+                                                    resume=delivered)
+                        splice = Splice(delivered,
+                                        restart=not upstream.provider.continues_prefill())
                 messages.append(message)
                 exchange.append(AssistantTurn(message))
                 calls = message.tool_calls
@@ -346,11 +426,14 @@ class Runner:
 
     async def _step(self, upstream: Upstream, conversation: Conversation, emit: Emit,
                     limits: AskLimits, run_tools: bool, earlier: list[Message],
-                    text_budget: int, said: list[str]):
+                    text_budget: int, said: list[str], splice: Splice | None = None,
+                    may_resume: bool = False):
         """One model request: its replies streamed, its tool calls run as they
         complete: the Answer, and the outcome of each call (keyed by id() of the call).
         earlier: the messages of the ask's steps before, whose text a failure carries;
-        said gets the text of each delta sent."""
+        said gets the text of each delta sent; splice, for the continuation of
+        a broken answer, joins its text to what was said. may_resume: a stream
+        that breaks mid-answer may go on, so its complete calls are waited for."""
         provider = upstream.provider
         streaming = self._streaming
         if self.tools:
@@ -366,13 +449,26 @@ class Runner:
             outcomes[id(call)] = await self.tools.call(call)
 
         unyielded = 0  # replies since forward last yielded
+        # Calls the decoder gave up on (cut off, damaged): held until the
+        # stream says whether it broke; a broken answer that goes on drops them.
+        unfinished: list[ev.ToolCallDone] = []
 
         async with trio.open_nursery() as calls:
             async def forward(event: object) -> None:
+                if may_resume and isinstance(event, ev.ToolCallDone) \
+                        and not event.tool_call.complete:
+                    unfinished.append(event)
+                else:
+                    await deliver(event)
+
+            async def deliver(event: object) -> None:
                 nonlocal completed, unyielded, first_reply
                 if type(event) is rec.TextDelta:  # the per-token path
-                    said.append(event.text)
-                    reply = replies.Delta(event.text)
+                    text = event.text if splice is None else splice.feed(event.text)
+                    if not text:
+                        return  # the continuation repeating what was said
+                    said.append(text)
+                    reply = replies.Delta(text)
                 else:
                     reply = event_reply(event)
                 if reply is not None:
@@ -420,7 +516,11 @@ class Runner:
                         self.client, provider, conversation, [], on_event=forward,
                         retries=upstream.retries, max_tool_arguments=limits.argument_bytes,
                         max_text_bytes=text_budget)
-                failure = _failure(provider.name, answer, earlier)
+                failure = _failure(provider.name, answer, earlier, "".join(said))
+                if failure is not None:
+                    failure.partial = answer
+                for event in unfinished if failure is None else ():
+                    await deliver(event)
             except streaming.ToolsUnsupported as exc:
                 # The model's or the server's limit, not an outage: health stays as it is.
                 failure = AskFailed(replies.Error(
@@ -439,7 +539,9 @@ class Runner:
                 raise
             if failure is not None:
                 failure.delivered = first_reply is not None
-                calls.cancel_scope.cancel()  # tools of a failed answer are not waited for
+                failure.outcomes = outcomes
+                if not (may_resume and completed and failure.blame is Blame.FAILED):
+                    calls.cancel_scope.cancel()  # tools of a failed answer are not waited for
         # Raised out here, not from inside the nursery, so it stays an AskFailed.
         if failure is not None:
             _judge(health, failure)
@@ -509,9 +611,10 @@ def _judge(health, failure: AskFailed) -> None:
         health.release()
 
 
-def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
+def _failure(provider: str, answer, earlier: list[Message], said: str) -> AskFailed | None:
     """Why a streamed answer is not an answer, or None when it is one. The
-    text of a cut answer is all its deltas carried, earlier steps' included."""
+    text of a cut answer is all its deltas carried (said, of this step),
+    earlier steps' included."""
     if answer.provider_error is not None:
         error = answer.provider_error
         return AskFailed(replies.Error(
@@ -521,7 +624,7 @@ def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
     if answer.refused is not None:
         return AskFailed(replies.Error(ErrorCode.NOT_A_STREAM, f"{provider}: {answer.refused}"),
                          Blame.FAILED)
-    text = "".join(m.text for m in (*earlier, answer.message))
+    text = "".join(m.text for m in earlier) + said
     if answer.too_large is not None:
         # The model's length, not the provider's health; deltas went out: no failover.
         return AskFailed(replies.Error(
@@ -534,6 +637,21 @@ def _failure(provider: str, answer, earlier: list[Message]) -> AskFailed | None:
             ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why}); "
             "not kept in the history", text=text), Blame.FAILED)
     return None
+
+
+def resumed_message(broken: list[Message], text: str, last: Message) -> Message:
+    """The one answer of a step whose stream broke and went on: every
+    attempt's thinking, the text the client got, the last attempt's tool
+    calls, usage and finish; the damage of all of them."""
+    attempts = [*broken, last]
+    dropped: dict[str, int] = {}
+    for message in attempts:
+        for code, count in message.dropped_events.items():
+            dropped[code] = dropped.get(code, 0) + count
+    parts = [part for message in attempts for part in message.parts
+             if isinstance(part, ThinkingPart)]
+    return dataclasses.replace(last, parts=[*parts, *([TextPart(text)] if text else []),
+                                            *last.tool_calls], dropped_events=dropped)
 
 
 def event_reply(event: object) -> replies.Reply | None:
