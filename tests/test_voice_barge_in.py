@@ -13,14 +13,14 @@ import time
 import pytest
 
 import voice_speaker
-from test_voice_daemon import (FOLLOW, QUESTION, Peers, board_speaks, peers, pytestmark,  # noqa: F401
-                               speech, start_listening, until, voice_status, voice_table,
-                               wait_for)
+from test_voice_daemon import (FOLLOW, QUESTION, REAL_TIME, Peers, board_speaks, peers,  # noqa: F401
+                               pytestmark, speech, start_listening, until, voice_status,
+                               voice_table, wait_for)
 from conftest import timeout
 from daemon_harness import Daemon
 from voice_audio import silence, write_wav
 
-pytestmark = pytestmark
+pytestmark = [*pytestmark, REAL_TIME]
 
 
 def speaker_table(tts: str, echo) -> str:

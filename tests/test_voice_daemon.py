@@ -28,6 +28,20 @@ pytestmark = [needs_voice, needs_espeak,
               pytest.mark.skipif(__import__("importlib").util.find_spec("wyoming") is None,
                                  reason="the wyoming package is a test dependency")]
 
+# Measured under qemu-aarch64 (toolchain/arm64.sh, bench/README.md): the
+# emulated daemon takes 0.17 s of CPU per second of audio waiting for its
+# wake word and about 0.47 s listening (pymicro-vad alone 0.30 s, 25x the
+# host), beside the emulated microphone, peers and the test's polling, all
+# in real time. On the 2-core CI machine, shared with the host suite, the
+# VM and the other emulated worker, a process gets about half a core: a
+# door that must hear a cue in time fell behind its microphone (60 s of
+# audio dropped in one test), and 4 of the tests marked so failed in two
+# loaded runs (2 each). Hearing nothing holds, and runs emulated.
+REAL_TIME = pytest.mark.not_emulated(
+    reason="a microphone in real time: emulated, the door takes 0.17 s of CPU per second "
+           "of audio idle and 0.47 s listening, about a loaded 2-core machine's share of "
+           "half a core; it drops frames and misses its cues by chance")
+
 QUESTION = "what is the temperature in the living room"
 FOLLOW = "why is the heating on"
 
@@ -150,6 +164,7 @@ def start_listening(daemon: Daemon) -> None:
     wait_for(daemon, lambda s: s["state"] == "idle", "the door waits for its wake word")
 
 
+@REAL_TIME
 def test_wake_ask_spoken_answer_then_a_follow_up_without_the_wake_word(tmp_path, mock, peers,
                                                                      speech):
     asr = peers.asr("--say", QUESTION, "--say", FOLLOW)
@@ -220,6 +235,7 @@ def test_other_phrases_and_noise_wake_nothing(tmp_path, mock, peers, speech):
         assert daemon.stop() == 0, daemon.log()
 
 
+@REAL_TIME
 @pytest.mark.parametrize("mode,failure", [(None, "asr_unreachable"), ("stall", "asr_stalled")])
 def test_an_asr_server_down_or_stalling_is_named_and_said(tmp_path, mock, peers, speech, mode,
                                                          failure):
@@ -247,6 +263,7 @@ def test_an_asr_server_down_or_stalling_is_named_and_said(tmp_path, mock, peers,
         assert daemon.stop() == 0, daemon.log()
 
 
+@REAL_TIME
 def test_a_microphone_that_dies_is_reported_and_restarted(tmp_path, mock, peers, speech):
     asr = peers.asr("--say", QUESTION)
     daemon = Daemon(tmp_path, mock.url, extra=voice_table(

@@ -4,15 +4,17 @@
 #
 #   toolchain/arm64.sh [all]   the four stages below, in order (the default)
 #   toolchain/arm64.sh sysroot 1. arm64 sysroot: mmdebstrap --variant=extract with
-#                              python3.11 and libpython3.11-dev (reused if present)
+#                              python3.11, libpython3.11-dev and libstdc++6 (the
+#                              wake word wheel's TFLite needs it; reused if present)
 #   toolchain/arm64.sh wheel   2. cross-build homeagent-<v>-cp311-cp311-linux_aarch64.whl
 #                              with aarch64-linux-gnu-gcc, checked with readelf, in
 #                              a venv of PYTHON holding pyproject.toml's build
 #                              requirements (setuptools>=77, cffi): ARM64_WORK/buildenv
 #   toolchain/arm64.sh buildenv   only that venv
 #   toolchain/arm64.sh site    3. install the aarch64 PyPI wheels of the dependencies
-#                              (and test deps, bench peers that have one) and the
-#                              wheel into a target dir; precompile bytecode
+#                              (and the test and voice extras, bench peers that
+#                              have one) and the wheel into a target dir;
+#                              precompile bytecode
 #   toolchain/arm64.sh test    4. the C tests and the whole pytest suite, emulated
 #                              (runs stages 1-3 first if their output is missing),
 #                              then bench/daemon_bench.py, bench/token_bench.py and
@@ -28,7 +30,7 @@
 # site are rebuilt.
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-all}" in
     all|sysroot|buildenv|wheel|site|test) job=${1:-all} ;;
     -h|--help) usage; exit 0 ;;
@@ -74,12 +76,15 @@ need() {
 # ---------------------------------------------------------------- 1. sysroot
 do_sysroot() {
     need mmdebstrap
-    if [ -x "$SYSROOT/usr/bin/python3.11" ] && [ -f "$SYSROOT/usr/include/python3.11/Python.h" ]; then
+    if [ -x "$SYSROOT/usr/bin/python3.11" ] && [ -f "$SYSROOT/usr/include/python3.11/Python.h" ] \
+            && [ -e "$SYSROOT/usr/lib/aarch64-linux-gnu/libstdc++.so.6" ]; then
         echo "sysroot present: $SYSROOT (remove it to rebuild)"
     else
         rm -rf "$SYSROOT" "$SYSROOT.tmp"
+        # libstdc++6: the voice extra's libtensorflowlite_c.so links it, and
+        # under qemu -L a library missing here is not found at all
         mmdebstrap --quiet --variant=extract --arch=arm64 \
-            --include=python3.11,libpython3.11-dev bookworm "$SYSROOT.tmp"
+            --include=python3.11,libpython3.11-dev,libstdc++6 bookworm "$SYSROOT.tmp"
         mv "$SYSROOT.tmp" "$SYSROOT"
     fi
     # its /dev nodes would shadow the host's under qemu -L (openpty() fails)
@@ -187,8 +192,9 @@ do_site() {
     local cons=$WORK/constraints.txt
     local log=$WORK/site.log
     : >"$log"
-    # the package, its dependencies and its test extra (pyproject.toml's pins)
-    if ! pip_target -c "$cons" "$whl[test]" >>"$log" 2>&1; then
+    # the package, its dependencies, its test extra and its voice extra
+    # (pyproject.toml's pins): the voice tests run emulated too
+    if ! pip_target -c "$cons" "$whl[test,voice]" >>"$log" 2>&1; then
         cat "$log" >&2
         echo "arm64.sh: installing the aarch64 wheels failed (log above)" >&2
         exit 1
