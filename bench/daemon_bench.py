@@ -153,7 +153,9 @@ def write_config(directory: str, mock_url: str, load_delay_ms: int) -> str:
             f'state_directory = {json.dumps(os.path.join(directory, "state"))}\n'
             f'[providers.mock]\n{provider}'
             f'[providers.paced]\n{provider}'
-            f'headers = {{ "x-mock-delay-ms" = "{load_delay_ms}" }}\n')
+            f'headers = {{ "x-mock-delay-ms" = "{load_delay_ms}" }}\n'
+            # the streaming path alone, its request the same as the direct one's
+            '[timers]\nenabled = false\n')
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path

@@ -155,7 +155,8 @@ def test_a_key_sent_back_by_the_model_reaches_no_client_subscriber_device_or_log
     speaker = ["[devices.speaker]", 'type = "command"', 'per = "answer"',
                f"argv = {toml_value(argv)}"]
     daemon = Daemon(tmp_path, hostile, daemon={"log_level": "debug"},
-                    providers={"mock": {"api_key_env": "HOSTILE_KEY"}},
+                    # the error after "so far " ends the ask: not resumed
+                    providers={"mock": {"api_key_env": "HOSTILE_KEY", "resume": "off"}},
                     env={"HOSTILE_KEY": SECRET, "HOMEAGENT_LOG_PREFIX": "1"},
                     extra="\n".join(speaker)).start()
     try:

@@ -48,7 +48,7 @@ def tmpfs(tmp_path):
 def _fill(directory: Path) -> Path:
     """Write a file until the filesystem is full: the file, to free it later."""
     filler = directory / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:  # nothing left to flush at close
         try:
             while True:
                 f.write(b"\0" * 65536)

@@ -55,7 +55,8 @@ def relay_daemon(directory, mock_url: str, *, sleep: float = 0, tool_timeout: fl
             "timeout": timeout(tool_timeout)}
     device = ["[devices.relay]", 'type = "command"', 'argv = ["true"]', "events = []",
               f"tool_argv = {toml_value({'set_relay': [str(program), '{channel}', '{on}']})}",
-              f"tools = {toml_value([tool])}"]
+              f"tools = {toml_value([tool])}",
+              "[timers]", "enabled = false"]  # the relay's tool alone is offered
     daemon.write_config(daemon.config_text() + "\n".join(device) + "\n")
     return daemon.start(), log
 

@@ -21,14 +21,15 @@ from conftest import timeout
 from daemon_harness import Daemon
 from mosquitto import broker, free_port  # noqa: F401 (a fixture)
 from test_mqtt_daemon import is_json
-from test_voice_daemon import QUESTION, Peers, speech, until, voice_table  # noqa: F401
+from test_voice_daemon import QUESTION, REAL_TIME, Peers, speech, until, voice_table  # noqa: F401
 from test_voice_daemon import pytestmark as VOICE
-from voice_audio import espeak, silence
+from voice_audio import espeak, needs_espeak, needs_voice, silence
 
 
 def voice(test):
-    """The voice extra, espeak-ng and the wyoming package, or skipped."""
-    for mark in VOICE:
+    """The voice extra, espeak-ng and the wyoming package, or skipped; and
+    a microphone heard in real time, so not emulated."""
+    for mark in (*VOICE, REAL_TIME):
         test = mark(test)
     return test
 
@@ -154,7 +155,8 @@ def test_a_board_alone_or_without_its_broker_answers_at_once(boards, broker, tmp
         assert "answered here without a claim: not connected" in board.daemon.log()
 
 
-@voice
+@needs_voice
+@needs_espeak
 def test_the_detector_reports_the_probability_it_heard_the_wake_word_with():
     from agent.voice.wake import Detector
 

@@ -23,7 +23,7 @@ from daemon_harness import Daemon
 from mosquitto import broker  # noqa: F401 (a fixture)
 from test_mqtt_daemon import is_json, mqtt_table, payload
 from test_serial_daemon import SerialBoard, Subscriber
-from test_voice_daemon import (QUESTION, needs_espeak, needs_voice, peers,  # noqa: F401
+from test_voice_daemon import (QUESTION, REAL_TIME, needs_espeak, needs_voice, peers,  # noqa: F401
                                speaker_table, start_listening, voice_table, wait_for)
 from voice_audio import espeak, silence, write_wav
 
@@ -64,6 +64,7 @@ def test_a_device_with_nothing_to_show_refuses_voice_events(cls, settings):
     assert refused.value.key == "events" and "serial" in str(refused.value)
 
 
+@REAL_TIME
 @needs_voice
 @needs_espeak
 def test_one_question_is_seen_as_states_by_a_subscriber_the_broker_and_a_serial_board(
@@ -151,6 +152,7 @@ def tone(seconds: float = 0.3, hertz: float = 880.0) -> bytes:
     return (np.sin(2 * np.pi * hertz * samples) * 8000).astype("<i2").tobytes()
 
 
+@REAL_TIME
 @needs_voice
 @needs_espeak
 def test_the_wake_sound_is_played_on_the_speaker_and_never_reaches_the_asr(

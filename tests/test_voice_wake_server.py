@@ -26,7 +26,7 @@ from agent.wyoming.framing import Event, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon
 from test_startup import PROBE, _modules
-from test_voice_daemon import QUESTION, voice_table, wait_for
+from test_voice_daemon import QUESTION, REAL_TIME, voice_table, wait_for
 from voice_audio import espeak, needs_espeak, needs_voice, silence
 
 # the daemon tests' microphone, ASR server and speech, as test_voice_daemon's
@@ -329,6 +329,7 @@ def server_voice_table(peers, wake_server: WakeServer, files, **settings) -> str
                                                  'session = "kitchen", language = "fr" }]')
 
 
+@REAL_TIME
 @needs_wyoming
 @needs_voice
 @needs_espeak
@@ -362,6 +363,7 @@ def test_a_board_hears_through_its_wake_server_without_the_models_in_process(
         assert daemon.stop() == 0, daemon.log()
 
 
+@REAL_TIME
 @needs_wyoming
 @needs_voice
 @needs_espeak
@@ -391,6 +393,7 @@ def test_a_wake_server_that_dies_is_reported_and_connected_again(tmp_path, mock,
         assert daemon.stop() == 0, daemon.log()
 
 
+@REAL_TIME
 @needs_wyoming
 @needs_voice
 @needs_espeak
