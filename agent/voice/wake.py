@@ -38,14 +38,18 @@ class Detector:
         self._models = [mww.MicroWakeWord.from_builtin(mww.Model(model)) if model in BUILTIN
                         else mww.MicroWakeWord.from_config(model) for model in models]
         self._cutoffs = [model.probability_cutoff for model in self._models]
+        self._raised: float | None = None   # the cutoff the models hold now, beyond their own
         self._features = mww.MicroWakeWordFeatures()
 
     def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
-        """cutoff: a probability each model must reach, when above its own
-        (the board speaks: barge-in's raised threshold)."""
+        """pcm: any length (features come per 10 ms); cutoff: a probability
+        each model must reach, when above its own (the board speaks:
+        barge-in's raised threshold)."""
+        if cutoff != self._raised:   # set on a change only: feed is called per frame
+            self._raised = cutoff
+            for model, own in zip(self._models, self._cutoffs):
+                model.probability_cutoff = own if cutoff is None else max(own, cutoff)
         heard = None
-        for model, own in zip(self._models, self._cutoffs):
-            model.probability_cutoff = own if cutoff is None else max(own, cutoff)
         for features in self._features.process_streaming(pcm):
             for index, model in enumerate(self._models):
                 if model.process_streaming(features) and heard is None:
