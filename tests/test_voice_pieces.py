@@ -95,9 +95,18 @@ def test_a_format_out_of_range_is_refused(fmt):
 
 def test_frames_are_10_ms_whatever_the_reads():
     frames = Frames()
-    got = frames.feed(b"\x01" * 100) + frames.feed(b"\x02" * 1000) + frames.feed(b"\x03" * 500)
-    assert [len(f) for f in got] == [FRAME_BYTES] * 5
+    got = [frames.feed(b"\x01" * 100), frames.feed(b"\x02" * 1000), frames.feed(b"\x03" * 500)]
+    # each read's whole frames as one block: none yet, three, then two
+    assert [len(block) for block in got] == [0, 3 * FRAME_BYTES, 2 * FRAME_BYTES]
     assert b"".join(got) == (b"\x01" * 100 + b"\x02" * 1000 + b"\x03" * 500)[:5 * FRAME_BYTES]
+
+
+def test_a_read_of_whole_frames_passes_as_it_came():
+    frames = Frames()
+    read = bytes(range(256)) * 5   # 4 frames
+    assert frames.feed(read) is read
+    assert frames.feed(b"\x00" * (FRAME_BYTES + 1)) == b"\x00" * FRAME_BYTES
+    assert frames.feed(b"\x07" * (FRAME_BYTES - 1)) == b"\x00" + b"\x07" * (FRAME_BYTES - 1)
 
 
 # ---- the endpointer, on scripted probabilities (a frame is 10 ms) ----
@@ -145,10 +154,10 @@ def test_endless_speech_is_cut_at_the_longest():
 
 # ---- the models, on real speech ----
 
-def feed_detector(detector, pcm: bytes) -> list[int]:
+def feed_detector(detector, pcm: bytes, cutoff: float | None = None) -> list[int]:
     heard = []
     for i in range(0, len(pcm), FRAME_BYTES):
-        index = detector.feed(pcm[i:i + FRAME_BYTES])
+        index = detector.feed(pcm[i:i + FRAME_BYTES], cutoff)
         if index is not None:
             heard.append(index)
     return heard
@@ -178,6 +187,18 @@ def test_other_phrases_and_noise_wake_nothing():
                 silence(2.0)):
         detector.reset()
         assert feed_detector(detector, silence(0.5) + pcm + silence(1.0)) == []
+
+
+@needs_voice
+@needs_espeak
+def test_a_raised_cutoff_holds_until_lowered_and_back():
+    from agent.voice.wake import Detector
+
+    detector = Detector(["okay_nabu"])
+    pcm = silence(0.5) + espeak("okay nabu") + silence(1.0)
+    for cutoff, heard in ((1.0, False), (None, True), (1.0, False), (None, True)):
+        detector.reset()   # no probability passes 1.0: the raised cutoff refuses all
+        assert bool(feed_detector(detector, pcm, cutoff)) is heard, cutoff
 
 
 @needs_voice

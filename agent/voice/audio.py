@@ -11,7 +11,10 @@ the same samples as in one piece. The positions are exact integers, so a
 microphone running for days does not drift. Audio already 16 kHz 16-bit
 mono passes through untouched, and numpy is imported only to convert.
 
-Frames cuts any stream of bytes into frames of 10 ms (320 bytes).
+Frames cuts any stream of bytes into whole frames of 10 ms (320 bytes),
+given as one block per read: the wake word's features take any length, and
+a read passed on as one piece costs one hop through the door's channel
+where a frame each cost one hop each.
 """
 
 from __future__ import annotations
@@ -145,15 +148,16 @@ class Converter:
 
 
 class Frames:
-    """Bytes of any length in, whole 10 ms frames out."""
+    """Bytes of any length in, the whole 10 ms frames they complete out, as
+    one block (a multiple of FRAME_BYTES, maybe empty); the rest is kept."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._buffer = b""
 
-    def feed(self, data: bytes) -> list[bytes]:
-        self._buffer += data
-        count = len(self._buffer) // FRAME_BYTES
-        frames = [bytes(self._buffer[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
-                  for i in range(count)]
-        del self._buffer[:count * FRAME_BYTES]
-        return frames
+    def feed(self, data: bytes) -> bytes:
+        if self._buffer:
+            data = self._buffer + data
+        whole = len(data) - len(data) % FRAME_BYTES
+        self._buffer = data[whole:]
+        # a read of whole frames, the usual case, passes on uncopied
+        return data if whole == len(data) else data[:whole]

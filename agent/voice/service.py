@@ -44,7 +44,15 @@ is not claimed: the board that answered listens on alone.
 Without barge-in, frames the microphone gives while the board thinks or
 speaks are dropped as they come (not buffered: they hold the board's own
 speech); a change of state drops what was buffered, but into listening;
-frames the loop cannot take fast enough are dropped and counted.
+frames the loop cannot take fast enough are dropped and counted
+(dropped_frames, in 10 ms frames).
+
+The microphone's frames travel as blocks: each read's whole 10 ms frames
+in one piece, through a channel bounded in bytes (source.buffer_seconds):
+an idle door's cost above the wake word's own work is per turn of the
+scheduler, and a frame each was a turn each. The detector and the VAD
+still see every 10 ms frame, so a wake word is placed to the frame and the
+rest of its block is the question's start.
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ import trio
 from agent.core import replies
 from agent.core.commands import Announce, Ask, Door, Refused, StopAsks
 from agent.voice.asr import AsrError, transcribe
-from agent.voice.audio import Frames
+from agent.voice.audio import FRAME_BYTES, Frames
 from agent.voice.config import VoiceConfig, WakeWord
 from agent.voice.endpoint import FRAME_SECONDS, Endpointer, Verdict
 from agent.voice.source import Supervisor
@@ -82,8 +90,13 @@ class VoiceService:
         capacity = max(16, int(config.source.buffer_seconds / FRAME_SECONDS))
         self.detector = Detectors(config, capacity, self._wake_failed)
         self.vad = Vad()
+        # audio waiting for the loop, in bytes: blocks are whole frames, so
+        # the channel never holds more blocks than frames fit the bound
+        self._room = capacity * FRAME_BYTES
+        self._buffered = 0
         self._send, self._receive = trio.open_memory_channel(capacity)
         self._frames = Frames()
+        self._rest = b""   # the frames after the wake word in its block: the question's start
         # False while thinking and speaking without barge-in: frames are dropped as they come
         self._taking = True
         self._barged: WakeWord | None = None   # heard over the answer: ask what it says next
@@ -99,13 +112,17 @@ class VoiceService:
     # ---- the microphone's side ----
 
     def _deliver(self, pcm: bytes) -> None:
-        for frame in self._frames.feed(pcm):
-            if not self._taking:
-                continue
-            try:
-                self._send.send_nowait(frame)
-            except trio.WouldBlock:
-                self.counts["dropped_frames"] += 1
+        block = self._frames.feed(pcm)
+        if not block or not self._taking:
+            return
+        room = self._room - self._buffered   # whole frames, as every block is
+        if len(block) > room:
+            self.counts["dropped_frames"] += (len(block) - room) // FRAME_BYTES
+            block = block[:room]
+            if not block:
+                return
+        self._buffered += len(block)
+        self._send.send_nowait(block)
 
     def _set(self, state: str) -> None:
         if state != self.state:
@@ -114,11 +131,13 @@ class VoiceService:
             self.center.notice(replies.VoiceState(state))  # the socket, MQTT, the boards
         self._taking = self.config.barge_in or state in ("idle", "listening")
         if state != "listening":
+            self._rest = b""
             while True:  # what was buffered is stale now
                 try:
                     self._receive.receive_nowait()
                 except trio.WouldBlock:
                     break
+            self._buffered = 0
 
     # ---- the loop ----
 
@@ -153,7 +172,8 @@ class VoiceService:
         config = self.config
         self.detector.reset()
         tail_until = None   # the board spoke: its speech until then
-        async for frame in self._receive:
+        async for block in self._receive:
+            self._buffered -= len(block)
             now = trio.current_time()
             if self.speaking():
                 tail_until = now + config.speech_tail
@@ -165,8 +185,14 @@ class VoiceService:
             if over_speech:
                 if not config.barge_in:
                     continue
-                self.counts["frames_over_speech"] += 1
-            heard = self.detector.feed(frame, config.barge_in_threshold if over_speech else None)
+                self.counts["frames_over_speech"] += len(block) // FRAME_BYTES
+            cutoff = config.barge_in_threshold if over_speech else None
+            heard = None
+            for at in range(0, len(block), FRAME_BYTES):
+                heard = self.detector.feed(block[at:at + FRAME_BYTES], cutoff)
+                if heard is not None:
+                    self._rest = block[at + FRAME_BYTES:]
+                    break
             if heard is not None:
                 wake = config.wake[heard]
                 self.counts["wakes"] += 1
@@ -281,16 +307,24 @@ class VoiceService:
         verdict = Verdict.LISTENING
         bound = max(limits.start_seconds, self.config.follow_up_seconds) + limits.max_seconds
         with trio.move_on_after(bound + LISTEN_GRACE):
-            async for frame in self._receive:
-                verdict = endpointer.feed(self.vad.probability(frame))
+            block, self._rest = self._rest, b""
+            while True:
+                for at in range(0, len(block), FRAME_BYTES):
+                    verdict = endpointer.feed(self.vad.probability(block[at:at + FRAME_BYTES]))
+                    if verdict is not Verdict.LISTENING:
+                        block = block[:at + FRAME_BYTES]   # the rest is past the utterance
+                        break
                 try:
-                    to_asr.send_nowait(frame)
+                    if block:
+                        to_asr.send_nowait(block)
                 except trio.WouldBlock:
-                    self.counts["dropped_frames"] += 1
+                    self.counts["dropped_frames"] += len(block) // FRAME_BYTES
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return Verdict.ENDED  # the ASR side ended: its outcome says why
                 if verdict is not Verdict.LISTENING:
                     return verdict
+                block = await self._receive.receive()
+                self._buffered -= len(block)
         # the microphone gave too few frames: what was heard is the utterance
         return Verdict.ENDED if endpointer.speaking else Verdict.NOTHING
 

@@ -44,18 +44,23 @@ class Detector:
         self._models = [mww.MicroWakeWord.from_builtin(mww.Model(model)) if model in BUILTIN
                         else mww.MicroWakeWord.from_config(model) for model in models]
         self._cutoffs = [model.probability_cutoff for model in self._models]
+        self._raised: float | None = None   # the raised cutoff self._now holds, if any
+        self._now = list(self._cutoffs)     # each model's cutoff now
         self._features = mww.MicroWakeWordFeatures()
         self.probability = 0.0
 
     def feed(self, pcm: bytes, cutoff: float | None = None) -> int | None:
-        """cutoff: a probability each model must reach, when above its own
-        (the board speaks: barge-in's raised threshold)."""
+        """pcm: any length (features come per 10 ms); cutoff: a probability
+        each model must reach, when above its own (the board speaks:
+        barge-in's raised threshold)."""
+        if cutoff != self._raised:   # made on a change only: feed is called per frame
+            self._raised = cutoff
+            self._now = [own if cutoff is None else max(own, cutoff) for own in self._cutoffs]
         heard = None
-        cutoffs = [own if cutoff is None else max(own, cutoff) for own in self._cutoffs]
         for features in self._features.process_streaming(pcm):
             for index, model in enumerate(self._models):
                 probability = model.process_streaming_prob(features)
-                if heard is None and probability is not None and probability > cutoffs[index]:
+                if heard is None and probability is not None and probability > self._now[index]:
                     heard, self.probability = index, probability
         return heard
 
