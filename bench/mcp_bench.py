@@ -449,7 +449,7 @@ def report(result: dict) -> str:
         "  -builtin: median of the per-round differences to the builtin path's ask (ms);",
         "  /command: median of the per-round ratios to the command path's ask;",
         "  tool_call->result: as read by the client (median ms); MCP latency: the daemon's",
-        "  own, request written to answer read (median ms)",
+        "  own, from the request queued to the calling task woken with its answer (median ms)",
         f"  the daemon's RSS after the calls: {memory['rss'] / 1024:.1f} MiB "
         f"(VmHWM {memory['hwm'] / 1024:.1f} MiB)",
         "",
