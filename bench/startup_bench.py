@@ -32,6 +32,7 @@ With --json the table goes to stderr and one JSON document to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import platform
@@ -104,11 +105,11 @@ def wait_ready(notify: socket.socket, process: subprocess.Popen, log_path: str) 
             return time.perf_counter_ns()
 
 
-def one_start(python: str, env: dict, directory: str, mock_url: str) -> dict:
-    """Exec a daemon, wait for READY=1, read its memory, ask twice, stop it."""
-    directory = tempfile.mkdtemp(dir=directory)  # a fresh state directory each time
-    config_path = db.write_config(directory, mock_url, db.LOAD_DELAY_MS)
-    socket_path = os.path.join(directory, "agent.sock")
+@contextlib.contextmanager
+def serving(python: str, env: dict, config_path: str, directory: str):
+    """Exec a daemon of this config in directory with a notify socket: yields
+    (process, ns just before the exec, ns at READY=1); then SIGTERM, and an
+    exit status other than 0 fails the run."""
     log_path = os.path.join(directory, "daemon.log")
     notify_path = os.path.join(directory, "notify.sock")
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -121,7 +122,23 @@ def one_start(python: str, env: dict, directory: str, mock_url: str) -> dict:
                 [python, "-m", "agent.cli", "serve", "--config", config_path],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=directory,
                 env={**env, "NOTIFY_SOCKET": notify_path})
-        ready = wait_ready(notify, process, log_path) - t0
+        yield process, t0, wait_ready(notify, process, log_path)
+        process.send_signal(signal.SIGTERM)
+        status = process.wait(START_TIMEOUT)
+        if status != 0:
+            raise BenchError(f"the daemon exited {status}:\n{db._tail(log_path)}")
+    finally:
+        if process is not None and process.poll() is None:
+            terminate(process, START_TIMEOUT)
+        notify.close()
+
+
+def one_start(python: str, env: dict, directory: str, mock_url: str) -> dict:
+    """Exec a daemon, wait for READY=1, read its memory, ask twice, stop it."""
+    directory = tempfile.mkdtemp(dir=directory)  # a fresh state directory each time
+    config_path = db.write_config(directory, mock_url, db.LOAD_DELAY_MS)
+    socket_path = os.path.join(directory, "agent.sock")
+    with serving(python, env, config_path, directory) as (process, t0, ready):
         idle = db.proc_memory(process.pid)
         with Client(socket_path, timeout=IO_TIMEOUT) as client:
             asks = []
@@ -131,17 +148,9 @@ def one_start(python: str, env: dict, directory: str, mock_url: str) -> dict:
                     raise BenchError(f"the daemon answered {text!r}")
                 asks.append(first)
         after = db.proc_memory(process.pid)
-        process.send_signal(signal.SIGTERM)
-        status = process.wait(START_TIMEOUT)
-        if status != 0:
-            raise BenchError(f"the daemon exited {status}:\n{db._tail(log_path)}")
-    finally:
-        if process is not None and process.poll() is None:
-            terminate(process, START_TIMEOUT)
-        notify.close()
-    return {"ready_ms": ready / 1e6, "idle_rss_kib": idle["rss"], "idle_hwm_kib": idle["hwm"],
-            "first_ask_ms": asks[0] / 1e6, "second_ask_ms": asks[1] / 1e6,
-            "after_asks_rss_kib": after["rss"]}
+    return {"ready_ms": (ready - t0) / 1e6, "idle_rss_kib": idle["rss"],
+            "idle_hwm_kib": idle["hwm"], "first_ask_ms": asks[0] / 1e6,
+            "second_ask_ms": asks[1] / 1e6, "after_asks_rss_kib": after["rss"]}
 
 
 def bare_interpreter(python: str, env: dict) -> float:
