@@ -144,7 +144,10 @@ def start_mock(python: str) -> tuple[subprocess.Popen, str]:
         raise BenchError(str(exc)) from None
 
 
-def write_config(directory: str, mock_url: str, load_delay_ms: int) -> str:
+def write_config(directory: str, mock_url: str, load_delay_ms: int, *,
+                 timers: bool = False) -> str:
+    """The bench's daemon; without timers (the default) its requests carry no
+    tools, the same as the direct request's."""
     path = os.path.join(directory, "config.toml")
     provider = ('protocol = "openai-chat"\nbase_url = {url}\nmodel = "mock-small"\n'
                 .format(url=json.dumps(mock_url + "/v1")))
@@ -154,8 +157,7 @@ def write_config(directory: str, mock_url: str, load_delay_ms: int) -> str:
             f'[providers.mock]\n{provider}'
             f'[providers.paced]\n{provider}'
             f'headers = {{ "x-mock-delay-ms" = "{load_delay_ms}" }}\n'
-            # the streaming path alone, its request the same as the direct one's
-            '[timers]\nenabled = false\n')
+            f'[timers]\nenabled = {"true" if timers else "false"}\n')
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path

@@ -172,7 +172,7 @@ def write_config(directory: str, mock_url: str, python: str, variant: str,
     """db.write_config's daemon, plus a provider per path and the tools:
     the command device always; the stdio server unless variant is none;
     the HTTP server when its URL is given."""
-    config = db.write_config(directory, mock_url, db.LOAD_DELAY_MS)
+    config = db.write_config(directory, mock_url, db.LOAD_DELAY_MS, timers=True)
     parts = [tool_provider(path, mock_url) for path in TOOLS]
     parts.append(command_device(python))
     if variant != "none":
