@@ -16,8 +16,8 @@ body read costs what a plain one does (trio's SSLStream pays a cancel scope
 and its own machinery a read); its context is httpx's default one, and a
 request's CA_FILE extension adds that file's CAs to it (a provider's
 ca_file). Connections are kept alive per (scheme, host, port, CA file), at
-most max_keepalive idle per host for
-keepalive_expiry seconds, max_connections open in all; an idle connection
+most max_keepalive idle per host for keepalive_expiry seconds,
+max_connections open in all; an idle connection
 the server closed or wrote to is dropped before it is used. httpx's
 timeouts apply: connect (TCP and TLS), write, read (each wait for the
 network) and pool (waiting for a free connection).
@@ -43,7 +43,7 @@ _FORBIDDEN = (b"\r", b"\n", b"\0")
 
 
 class _Watchdog:
-    """The read timeouts of the plain connections of one trio run, without
+    """The read timeouts of the connections of one trio run, without
     a cancel scope per read (about 5 us, a tenth of a streamed token's
     cost): a wait for the network notes its deadline here, and this one
     system task wakes a wait that passed it with notify_closing, which the
