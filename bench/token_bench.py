@@ -1,7 +1,7 @@
 """Per-token benchmark: CPU time per streamed token of the whole daemon
 against the consumers one would otherwise write, in one run.
 
-    python bench/token_bench.py [--tokens N] [--rounds N] [--quick] [--json]
+    python bench/token_bench.py [--tokens N] [--rounds N] [--quick] [--json] [--tls]
 
 A token server on loopback (a subprocess of this script, plain sockets and
 threads) answers every POST with one Chat Completions stream of N text
@@ -28,9 +28,19 @@ Consumers, each in its own process:
   raw-trio     trio's TCP stream, the request written by hand and
                receive_some until the body's last chunk: one wake-up per
                read, no parsing at all: the floor.
-The consumers time themselves with time.process_time() around the request
-(all threads); each checks that it got the whole text, and the daemon's
-client checks the done reply. Rounds are interleaved (each round runs every
+Every consumer is timed warm: a peer makes one untimed request first and
+times the second on the same kept-alive connection, as the daemon's pooled
+connection to the server is warm after the warm-up round. The peers time
+themselves with time.process_time() around the request (all threads); the
+daemon's figure is the daemon's CPU plus the asking client's (the bench's
+thread that reads and parses its replies), as each peer's includes its own
+parsing. Each checks that it got the whole text, and the daemon's client
+checks the done reply.
+
+With --tls the token server speaks TLS 1.3 with a certificate of a CA made
+for the run (openssl); the daemon trusts it through the provider's
+ca_file, the peers through an ssl context with that CA; raw-trio is then
+trio's SSLStream, the floor over TLS. Rounds are interleaved (each round runs every
 consumer once, in a shuffled order) so that drift hits all alike; the ratios
 are taken per round and reported as median [min-max] over the rounds.
 Absolute microseconds vary with the machine and its load; the ratios are
@@ -46,6 +56,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -100,8 +111,14 @@ def stream_writes(regime: str, tokens: int) -> list[bytes]:
     return [b"".join(events[i:i + BULK]) for i in range(0, len(events), BULK)]
 
 
-def _serve_connection(conn: socket.socket) -> None:
+def _serve_connection(conn: socket.socket, tls: ssl.SSLContext | None) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls is not None:
+        try:
+            conn = tls.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            conn.close()
+            return
     buffered = b""
     with conn:
         while True:
@@ -129,19 +146,44 @@ def _serve_connection(conn: socket.socket) -> None:
             conn.sendall(b"0\r\n\r\n")
 
 
-def serve(port_file: str) -> None:
+def serve(port_file: str, certificates: str | None = None) -> None:
+    tls = None
+    if certificates is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.minimum_version = ssl.TLSVersion.TLSv1_3
+        tls.load_cert_chain(os.path.join(certificates, "server.pem"),
+                            os.path.join(certificates, "server.key"))
     listener = socket.create_server(("127.0.0.1", 0))
     Path(port_file).write_text(str(listener.getsockname()[1]))
     while True:
         conn, _ = listener.accept()
-        threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
+        threading.Thread(target=_serve_connection, args=(conn, tls), daemon=True).start()
+
+
+def make_certificates(directory: str) -> None:
+    """A CA for this run (ca.pem) and the token server's certificate for
+    127.0.0.1 signed by it (server.pem, server.key)."""
+    def run(*argv: str) -> None:
+        subprocess.run(["openssl", *argv], check=True, capture_output=True, cwd=directory)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=token bench CA", "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", "server.key", "-out", "server.csr")
+    Path(directory, "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", "server.pem")
+
+
+def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
+    return None if ca_file is None else ssl.create_default_context(cafile=ca_file)
 
 
 # --------------------------------------------------------------------------
 # The consumers that are not the daemon (run as: token_bench.py consume KIND URL N)
 # --------------------------------------------------------------------------
 
-def consume_httpx(url: str, tokens: int) -> tuple[float, str]:
+def consume_httpx(url: str, tokens: int, ca_file: str | None) -> tuple[float, str]:
     import httpx
     import msgspec
     import trio
@@ -158,35 +200,39 @@ def consume_httpx(url: str, tokens: int) -> tuple[float, str]:
 
     decode = msgspec.json.Decoder(Chunk).decode
 
+    async def ask(client: httpx.AsyncClient) -> tuple[float, str]:
+        start = time.process_time()
+        pieces: list[str] = []
+        pending = b""
+        body = {"model": "bench-1", "stream": True,
+                "messages": [{"role": "user", "content": "go"}]}
+        async with client.stream("POST", url + "/chat/completions", json=body) as response:
+            async for read in response.aiter_raw():
+                pending += read
+                *events, pending = pending.split(b"\n\n")
+                for event in events:
+                    for line in event.split(b"\n"):
+                        if line.startswith(b"data: ") and line != b"data: [DONE]":
+                            for choice in decode(line[6:]).choices:
+                                if choice.delta.content:
+                                    pieces.append(choice.delta.content)
+        return time.process_time() - start, "".join(pieces)
+
     async def main() -> tuple[float, str]:
-        async with httpx.AsyncClient() as client:
-            start = time.process_time()
-            pieces: list[str] = []
-            pending = b""
-            body = {"model": "bench-1", "stream": True,
-                    "messages": [{"role": "user", "content": "go"}]}
-            async with client.stream("POST", url + "/chat/completions", json=body) as response:
-                async for read in response.aiter_raw():
-                    pending += read
-                    *events, pending = pending.split(b"\n\n")
-                    for event in events:
-                        for line in event.split(b"\n"):
-                            if line.startswith(b"data: ") and line != b"data: [DONE]":
-                                for choice in decode(line[6:]).choices:
-                                    if choice.delta.content:
-                                        pieces.append(choice.delta.content)
-            return time.process_time() - start, "".join(pieces)
+        async with httpx.AsyncClient(verify=client_tls(ca_file) or True) as client:
+            await ask(client)  # warm: the timed request reuses its connection
+            return await ask(client)
 
     return trio.run(main)
 
 
-def consume_openai(url: str, tokens: int) -> tuple[float, str]:
+def consume_openai(url: str, tokens: int, ca_file: str | None) -> tuple[float, str]:
     import asyncio
 
+    import httpx
     import openai
 
-    async def main() -> tuple[float, str]:
-        client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0)
+    async def ask(client: openai.AsyncOpenAI) -> tuple[float, str]:
         start = time.process_time()
         pieces: list[str] = []
         stream = await client.chat.completions.create(
@@ -195,21 +241,27 @@ def consume_openai(url: str, tokens: int) -> tuple[float, str]:
             for choice in chunk.choices:
                 if choice.delta.content:
                     pieces.append(choice.delta.content)
-        spent = time.process_time() - start
+        return time.process_time() - start, "".join(pieces)
+
+    async def main() -> tuple[float, str]:
+        client = openai.AsyncOpenAI(base_url=url, api_key="bench", max_retries=0,
+                                    http_client=httpx.AsyncClient(
+                                        verify=client_tls(ca_file) or True))
+        await ask(client)  # warm: the timed request reuses its connection
+        result = await ask(client)
         await client.close()
-        return spent, "".join(pieces)
+        return result
 
     return asyncio.run(main())
 
 
-def consume_raw_trio(url: str, tokens: int) -> tuple[float, str]:
+def consume_raw_trio(url: str, tokens: int, ca_file: str | None) -> tuple[float, str]:
     import trio
 
-    host_port, _, path = url.removeprefix("http://").partition("/")
+    host_port, _, path = url.partition("://")[2].partition("/")
     host, _, port = host_port.partition(":")
 
-    async def main() -> tuple[float, str]:
-        stream = await trio.open_tcp_stream(host, int(port))
+    async def ask(stream: trio.abc.Stream) -> tuple[float, str]:
         start = time.process_time()
         await stream.send_all(f"POST /{path}/chat/completions HTTP/1.1\r\nhost: {host_port}\r\n"
                               "content-length: 0\r\n\r\n".encode())
@@ -221,10 +273,18 @@ def consume_raw_trio(url: str, tokens: int) -> tuple[float, str]:
                 raise BenchError("the token server closed the connection")
             reads += 1
             tail = (tail + data)[-16:]
-        spent = time.process_time() - start
-        await stream.aclose()
         # No parsing here by design: the text check is the read count's.
-        return spent, f"{reads} reads"
+        return time.process_time() - start, f"{reads} reads"
+
+    async def main() -> tuple[float, str]:
+        stream = await trio.open_tcp_stream(host, int(port))
+        if ca_file is not None:
+            stream = trio.SSLStream(stream, client_tls(ca_file), server_hostname=host,
+                                    https_compatible=True)
+        await ask(stream)  # warm: the timed request reuses its connection
+        result = await ask(stream)
+        await stream.aclose()
+        return result
 
     return trio.run(main)
 
@@ -232,8 +292,8 @@ def consume_raw_trio(url: str, tokens: int) -> tuple[float, str]:
 PEERS = {"httpx": consume_httpx, "openai": consume_openai, "raw-trio": consume_raw_trio}
 
 
-def consume(kind: str, url: str, tokens: int) -> None:
-    spent, text = PEERS[kind](url, tokens)
+def consume(kind: str, url: str, tokens: int, ca_file: str | None) -> None:
+    spent, text = PEERS[kind](url, tokens, ca_file)
     print(json.dumps({"cpu": spent, "text": text}))
 
 
@@ -268,9 +328,14 @@ def process_cpu(pid: int) -> float:
     return spec.tv_sec + spec.tv_nsec / 1e9
 
 
-def start_server(python: str, directory: str) -> tuple[subprocess.Popen, str]:
+def start_server(python: str, directory: str,
+                 tls: bool = False) -> tuple[subprocess.Popen, str]:
+    """The token server; with tls, a CA and its certificate made in directory."""
     port_file = os.path.join(directory, "port")
-    process = subprocess.Popen([python, os.path.abspath(__file__), "serve", port_file],
+    if tls:
+        make_certificates(directory)
+    process = subprocess.Popen([python, os.path.abspath(__file__), "serve", port_file,
+                                *([directory] if tls else [])],
                                env=child_env(), stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + START_TIMEOUT
     while not os.path.exists(port_file) or not Path(port_file).read_text():
@@ -278,16 +343,19 @@ def start_server(python: str, directory: str) -> tuple[subprocess.Popen, str]:
             process.kill()
             raise BenchError("the token server did not start")
         time.sleep(0.02)
-    return process, f"http://127.0.0.1:{Path(port_file).read_text()}"
+    scheme = "https" if tls else "http"
+    return process, f"{scheme}://127.0.0.1:{Path(port_file).read_text()}"
 
 
 def start_daemon(python: str, directory: str, server_url: str, tokens: int,
-                 delta_interval_ms: int | None = None) -> tuple[subprocess.Popen, str]:
+                 delta_interval_ms: int | None = None,
+                 ca_file: str | None = None) -> tuple[subprocess.Popen, str]:
     socket_path = os.path.join(directory, "agent.sock")
     config = os.path.join(directory, "config.toml")
     providers = "".join(
         f'[providers.{regime}]\nprotocol = "openai-chat"\n'
         f'base_url = "{server_url}/{regime}/{tokens}/v1"\nmodel = "bench-1"\n'
+        + ("" if ca_file is None else f"ca_file = {json.dumps(ca_file)}\n")
         for regime in REGIMES)
     Path(config).write_text(
         f'default_provider = "paced"\n[daemon]\nsocket = {json.dumps(socket_path)}\n'
@@ -372,11 +440,14 @@ def wait_idle(client: Client, clients: int) -> None:
 def daemon_round(pid: int, client: Client, socket_path: str, regime: str, tokens: int,
                  subscribers: int) -> float:
     """CPU seconds the daemon spent on one ask forwarded to this client and
-    to `subscribers` subscribers; every delta is checked to have arrived."""
+    to `subscribers` subscribers, and this thread on reading and parsing the
+    replies (the asking client's share); every delta is checked to have
+    arrived."""
     listening = Subscribers(socket_path, subscribers) if subscribers else None
     try:
         wait_idle(client, 1 + subscribers)
         before = process_cpu(pid)
+        client_before = time.thread_time()
         request_id = client.send("ask", prompt="go", provider=regime, session="bench")
         pieces = []
         done = None
@@ -387,9 +458,10 @@ def daemon_round(pid: int, client: Client, socket_path: str, regime: str, tokens
                 done = reply
             elif reply.get("type") in ("error", "shutdown"):
                 raise BenchError(f"the daemon answered {reply}")
+        client_spent = time.thread_time() - client_before
         if listening is not None:
             listening.wait_for(len(pieces))
-        spent = process_cpu(pid) - before
+        spent = process_cpu(pid) - before + client_spent
     finally:
         if listening is not None:
             listening.close()
@@ -399,8 +471,10 @@ def daemon_round(pid: int, client: Client, socket_path: str, regime: str, tokens
     return spent
 
 
-def peer_round(python: str, kind: str, url: str, tokens: int) -> float:
-    run = subprocess.run([python, os.path.abspath(__file__), "consume", kind, url, str(tokens)],
+def peer_round(python: str, kind: str, url: str, tokens: int,
+               ca_file: str | None = None) -> float:
+    run = subprocess.run([python, os.path.abspath(__file__), "consume", kind, url, str(tokens),
+                          *([ca_file] if ca_file else [])],
                          capture_output=True, text=True, env=child_env(), timeout=IO_TIMEOUT)
     if run.returncode != 0:
         raise BenchError(f"{kind} failed:\n{run.stderr[-3000:]}")
@@ -428,13 +502,15 @@ def spread(values: list[float]) -> dict:
 
 
 def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
-        python: str = sys.executable, delta_interval_ms: int | None = None) -> dict:
+        python: str = sys.executable, delta_interval_ms: int | None = None,
+        tls: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="homeagent-token-bench-") as directory:
-        server, server_url = start_server(python, directory)
+        server, server_url = start_server(python, directory, tls)
+        ca_file = os.path.join(directory, "ca.pem") if tls else None
         daemon = None
         try:
             daemon, socket_path = start_daemon(python, directory, server_url, tokens,
-                                               delta_interval_ms)
+                                               delta_interval_ms, ca_file)
             with Client(socket_path, timeout=IO_TIMEOUT) as client:
                 chance = random.Random(16)
                 per_token: dict[str, dict[str, list[float]]] = {
@@ -450,7 +526,8 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
                                     SUBSCRIBERS if kind == "daemon+10" else 0)
                             else:
                                 spent = peer_round(python, kind,
-                                                   f"{server_url}/{regime}/{tokens}/v1", tokens)
+                                                   f"{server_url}/{regime}/{tokens}/v1", tokens,
+                                                   ca_file)
                             if round_number >= warmup:
                                 per_token[regime][kind].append(spent / tokens * 1e6)
         finally:
@@ -461,7 +538,7 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
             server.wait()
     result: dict = {"tokens": tokens, "rounds": rounds, "python": sys.version.split()[0],
                     "machine": os.uname().machine, "regimes": {},
-                    "delta_interval_ms": delta_interval_ms}
+                    "delta_interval_ms": delta_interval_ms, "tls": tls}
     for regime in REGIMES:
         times = per_token[regime]
         daemon_us = times["daemon"]
@@ -477,7 +554,8 @@ def run(tokens: int = 2000, rounds: int = 7, warmup: int = 1,
 
 def report(result: dict) -> str:
     interval = result.get("delta_interval_ms")
-    lines = [f"{result['tokens']} tokens a stream, {result['rounds']} interleaved rounds, "
+    lines = [f"{result['tokens']} tokens a stream over {'TLS' if result.get('tls') else 'plain HTTP'}, "
+             f"{result['rounds']} interleaved rounds, "
              f"Python {result['python']} on {result['machine']}; the daemon's "
              f"delta_interval_ms {'default' if interval is None else interval}"]
     for regime, figures in result["regimes"].items():
@@ -498,10 +576,10 @@ def report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
-        serve(argv[1])
+        serve(*argv[1:3])
         return 0
     if argv[:1] == ["consume"]:
-        consume(argv[1], argv[2], int(argv[3]))
+        consume(argv[1], argv[2], int(argv[3]), argv[4] if len(argv) > 4 else None)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=2000)
@@ -510,10 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--delta-interval-ms", type=int, default=None,
                         help="the daemon's [daemon] delta_interval_ms (default: its own)")
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS 1.3 to the token server, with a CA made for the run")
     args = parser.parse_args(argv)
     tokens, rounds = (200, 2) if args.quick else (args.tokens, args.rounds)
     try:
-        result = run(tokens, rounds, delta_interval_ms=args.delta_interval_ms)
+        result = run(tokens, rounds, delta_interval_ms=args.delta_interval_ms, tls=args.tls)
     except BenchError as exc:
         print(f"token_bench: {exc}", file=sys.stderr)
         return 1

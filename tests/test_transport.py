@@ -159,7 +159,7 @@ async def wait_idle_readable(transport: UpstreamTransport) -> None:
     with trio.fail_after(timeout(5)):
         for conns in transport._idle.values():
             for conn in conns:
-                await trio.lowlevel.wait_readable(conn.raw_fd())
+                await trio.lowlevel.wait_readable(conn.fd)
 
 
 # ---------------------------------------------------------------------------

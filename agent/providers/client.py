@@ -55,7 +55,7 @@ import httpx
 import trio
 
 from agent.masking import Masker
-from agent.providers.transport import BODY_READ
+from agent.providers.transport import BODY_READ, CA_FILE
 from agent.providers.requests import (
     DEFAULT_STREAM_TYPE,
     STREAM_TYPES,
@@ -276,10 +276,13 @@ async def _attempt(client: httpx.AsyncClient, run: _Run, url: str, headers: dict
     # a retry decodes from scratch
     run.decoder = DECODERS[provider.protocol](max_arguments=run.max_tool_arguments)
     run.attempts += 1
+    # the daemon's transport trusts the provider's CA file too (httpx's ignores it)
+    extensions = {CA_FILE: provider.ca_file} if provider.ca_file else None
     try:
         # encode_body: a provider's opaque items go back byte-exact
         async with client.stream("POST", url, headers={**headers, **_JSON_BODY},
-                                 content=encode_body(body), timeout=timeout) as response:
+                                 content=encode_body(body), timeout=timeout,
+                                 extensions=extensions) as response:
             if not 200 <= response.status_code < 300:
                 error = await _http_error(provider, response)
                 if body.get("tools") and refuses_tools(error.status, error.message):

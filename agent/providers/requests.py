@@ -156,6 +156,9 @@ class Provider:
     # openai-chat only: the server continues a final assistant message
     # (llama.cpp; vLLM with continue_final_message, which is sent).
     prefill: bool = False
+    # A PEM file of CAs trusted for this provider besides the default bundle
+    # (a private CA); an absolute path once the config has read it.
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:

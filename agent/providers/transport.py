@@ -9,11 +9,15 @@ token did. Here a body read is one non-blocking read of the socket, waiting
 for readability only when it finds nothing, and its bytes go through
 agent/providers/http11.py's ResponseReader to the decoder.
 
-Plain HTTP/1.1 only: no HTTP/2 and no proxies (agent.service.daemon keeps
-httpx's own transport when the environment names a proxy). TLS goes through
-trio's SSLStream with httpx's default context. Connections are kept alive
-per (scheme, host, port), at most max_keepalive idle per host for
-keepalive_expiry seconds, max_connections open in all; an idle connection
+HTTP/1.1 only: no HTTP/2 and no proxies (agent.service.daemon keeps
+httpx's own transport when the environment names a proxy). TLS is an
+ssl.SSLObject over memory buffers on the same socket reads, so that a TLS
+body read costs what a plain one does (trio's SSLStream pays a cancel scope
+and its own machinery a read); its context is httpx's default one, and a
+request's CA_FILE extension adds that file's CAs to it (a provider's
+ca_file). Connections are kept alive per (scheme, host, port, CA file), at
+most max_keepalive idle per host for keepalive_expiry seconds,
+max_connections open in all; an idle connection
 the server closed or wrote to is dropped before it is used. httpx's
 timeouts apply: connect (TCP and TLS), write, read (each wait for the
 network) and pool (waiting for a free connection).
@@ -33,11 +37,13 @@ from agent.providers.http11 import ProtocolError, ResponseReader
 
 READ_SIZE = 64 * 1024
 BODY_READ = "homeagent.body_read"  # the response extension that holds _Body.read
+CA_FILE = "homeagent.ca_file"  # the request extension: a PEM file of CAs trusted besides the default
+TLS_HEADER = 5  # a TLS record's type, version and length
 _FORBIDDEN = (b"\r", b"\n", b"\0")
 
 
 class _Watchdog:
-    """The read timeouts of the plain connections of one trio run, without
+    """The read timeouts of the connections of one trio run, without
     a cancel scope per read (about 5 us, a tenth of a streamed token's
     cost): a wait for the network notes its deadline here, and this one
     system task wakes a wait that passed it with notify_closing, which the
@@ -79,36 +85,43 @@ class _Watchdog:
             self._target = target
 
 
+class TlsCut(OSError):
+    """The peer closed the connection inside a TLS record: what it sent last
+    never arrived whole."""
+
+
 class _Connection:
-    """One TCP (or TLS) connection to an upstream."""
+    """One plain TCP connection to an upstream."""
 
     __slots__ = ("key", "stream", "fd", "idle_since", "drained", "watchdog", "deadline",
                  "timed_out")
 
-    def __init__(self, key: tuple, stream: trio.abc.Stream | None, fd: int | None) -> None:
+    def __init__(self, key: tuple) -> None:
         self.key = key
-        self.stream = stream
-        self.fd = fd           # the plain socket's, read directly; None for TLS
+        self.stream: trio.SocketStream | None = None  # for writes; reads go to fd
+        self.fd = -1
         self.idle_since = 0.0
         self.drained = True  # the socket was read empty: wait before the next read
-        self.watchdog: _Watchdog | None = None  # the run's, for a plain connection
+        self.watchdog: _Watchdog | None = None  # the run's
         self.deadline = math.inf  # of the wait in progress
         self.timed_out = False
 
-    def raw_fd(self) -> int:
-        stream = self.stream
-        if isinstance(stream, trio.SSLStream):
-            stream = stream.transport_stream
-        return stream.socket.fileno()
+    def attach(self, tcp: trio.SocketStream) -> None:
+        self.stream, self.fd = tcp, tcp.socket.fileno()
 
-    async def receive(self, timeout: float | None) -> bytes:
-        """One read: its bytes, b"" at the peer's close; trio.TooSlowError
-        when nothing came for timeout seconds."""
+    def has_unread(self) -> bool:
+        """Bytes that came and were not read yet, for an idle connection."""
+        poll = select.poll()
+        poll.register(self.fd, select.POLLIN)
+        return bool(poll.poll(0))
+
+    async def send_all(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def read_socket(self, timeout: float | None) -> bytes:
+        """One read of the socket: its bytes, b"" at the peer's close;
+        trio.TooSlowError when nothing came for timeout seconds."""
         fd = self.fd
-        if fd is None:
-            with trio.move_on_after(_inf(timeout)):
-                return await self.stream.receive_some(READ_SIZE)
-            raise trio.TooSlowError
         if not self.drained:  # the last read filled the buffer: more may be there
             try:
                 data = os.read(fd, READ_SIZE)
@@ -134,12 +147,105 @@ class _Connection:
         try:
             data = os.read(fd, READ_SIZE)
         except BlockingIOError:  # woken with nothing after all: wait again
-            return await self.receive(timeout)
+            return await self.read_socket(timeout)
         self.drained = len(data) < READ_SIZE
         return data
 
+    receive = read_socket  # a plain body read is one socket read
+
     async def close(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+class _TlsConnection(_Connection):
+    """One TLS connection: the socket's bytes go through an ssl.SSLObject's
+    memory buffers, read as a plain connection reads them."""
+
+    __slots__ = ("tls", "incoming", "outgoing", "record_left", "header")
+
+    def __init__(self, key: tuple, context: ssl.SSLContext, host: str) -> None:
+        super().__init__(key)
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=host)
+        # Where the record being received ends, to tell a close between two
+        # records from one inside a record (OpenSSL names both alike).
+        self.record_left = 0   # its bytes not received yet
+        self.header = b""      # the start of a header cut by a read
+
+    async def handshake(self) -> None:
+        tls, incoming = self.tls, self.incoming
+        while True:
+            try:
+                tls.do_handshake()
+            except ssl.SSLWantReadError:
+                await self._flush()
+                data = await self.stream.receive_some(READ_SIZE)
+                if not data:
+                    raise ssl.SSLEOFError("the server closed the connection in the TLS handshake")
+                self._track(data)
+                incoming.write(data)
+            else:
+                await self._flush()
+                return
+
+    def has_unread(self) -> bool:
+        return bool(self.incoming.pending or self.tls.pending()) or super().has_unread()
+
+    async def send_all(self, data: bytes) -> None:
+        self.tls.write(data)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self.outgoing.pending:
+            await self.stream.send_all(self.outgoing.read())
+
+    async def receive(self, timeout: float | None) -> bytes:
+        """One read of application data: its bytes, b"" at the peer's
+        close_notify or its close between two records; TlsCut at its close
+        inside one; trio.TooSlowError as a plain read."""
+        tls, incoming = self.tls, self.incoming
+        while True:
+            if incoming.pending:
+                try:
+                    data = tls.read(READ_SIZE)
+                except ssl.SSLWantReadError:
+                    # A record not whole yet, or one with nothing for the
+                    # application (a TLS 1.3 session ticket, a key update).
+                    data = None
+                if self.outgoing.pending:  # the peer wants an answer (a key update)
+                    with trio.move_on_after(_inf(timeout)):
+                        await self._flush()
+                    if self.outgoing.pending:
+                        raise trio.TooSlowError
+                if data is not None:
+                    return data
+            data = await self.read_socket(timeout)
+            if not data:
+                if self.record_left or self.header:
+                    raise TlsCut("the server closed the connection inside a TLS record")
+                # No close_notify: as for HTTPS generally, the body's own
+                # framing tells a whole body from a cut one.
+                return b""
+            self._track(data)
+            incoming.write(data)
+
+    def _track(self, data: bytes) -> None:
+        """Move record_left and header past data."""
+        left = self.record_left - len(data)
+        if left >= 0:  # within the record (the usual bulk read)
+            self.record_left = left
+            return
+        if self.header:
+            data = self.header + data
+            at = 0
+        else:
+            at = self.record_left
+        end = len(data)
+        while at + TLS_HEADER <= end:
+            at += TLS_HEADER + (data[at + 3] << 8 | data[at + 4])
+        self.header = data[at:] if at < end else b""
+        self.record_left = at - end if at > end else 0
 
 
 def _inf(timeout: float | None) -> float:
@@ -216,7 +322,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._expiry = keepalive_expiry
         self._slots = trio.CapacityLimiter(max_connections)
         self._idle: dict[tuple, list[_Connection]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl: dict[str | None, ssl.SSLContext] = {}  # by CA file
         self._ssl_lock = trio.Lock()
         self._watchdog_of_run: _Watchdog | None = None
         self._closed = False
@@ -237,7 +343,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         try:
             with trio.move_on_after(_inf(timeouts.get("write"))) as scope:
                 try:
-                    await conn.stream.send_all(payload)
+                    await conn.send_all(payload)
                 except (OSError, trio.BrokenResourceError) as exc:
                     raise httpx.WriteError(_why(exc), request=request) from exc
             if scope.cancelled_caught:
@@ -264,20 +370,23 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
 
     async def _connection(self, request: httpx.Request, url: httpx.URL,
                           timeouts: dict) -> _Connection:
-        key = (url.scheme, url.host, url.port)
+        ca_file = request.extensions.get(CA_FILE) if url.scheme == "https" else None
+        key = (url.scheme, url.host, url.port, ca_file)
         idle = self._idle.get(key)
         now = trio.current_time()
         while idle:
             conn = idle.pop()
-            if now - conn.idle_since < self._expiry and _still_idle(conn):
-                if conn.fd is not None:
-                    conn.watchdog = self._watchdog()
+            if now - conn.idle_since < self._expiry and not conn.has_unread():
+                conn.watchdog = self._watchdog()
                 return conn
             await self._release(conn, False)
+        if url.scheme == "http":
+            conn = _Connection(key)
+        else:
+            conn = _TlsConnection(key, await self._ssl_context(request, ca_file), url.host)
         if self._slots.available_tokens == 0:
             await self._drop_an_idle_connection()
         # the connection holds a slot from before its connect until its close
-        conn = _Connection(key, None, None)
         with trio.move_on_after(_inf(timeouts.get("pool"))) as scope:
             await self._slots.acquire_on_behalf_of(conn)
         if scope.cancelled_caught:
@@ -288,33 +397,27 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._slots.release_on_behalf_of(conn)
             raise
+        conn.watchdog = self._watchdog()
         return conn
 
     async def _connect(self, conn: _Connection, request: httpx.Request, url: httpx.URL,
                        timeout: float | None) -> None:
         port = url.port or (443 if url.scheme == "https" else 80)
-        host = url.host
         with trio.move_on_after(_inf(timeout)):
             try:
-                tcp = await trio.open_tcp_stream(host, port)
+                conn.attach(await trio.open_tcp_stream(url.host, port))
             except OSError as exc:
                 raise httpx.ConnectError(_why(exc), request=request) from exc
-            if url.scheme == "http":
-                conn.stream, conn.fd = tcp, tcp.socket.fileno()
-                conn.watchdog = self._watchdog()
-                return
-            try:
-                context = await self._ssl_context()
-                tls = trio.SSLStream(tcp, context, server_hostname=host, https_compatible=True)
-                await tls.do_handshake()
-            except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
-                await trio.aclose_forcefully(tcp)
-                cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
-                raise httpx.ConnectError(_why(cause or exc), request=request) from exc
-            except BaseException:
-                await trio.aclose_forcefully(tcp)
-                raise
-            conn.stream = tls
+            if isinstance(conn, _TlsConnection):
+                try:
+                    await conn.handshake()
+                except (trio.BrokenResourceError, OSError) as exc:  # ssl.SSLError included
+                    await conn.close()
+                    cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+                    raise httpx.ConnectError(_why(cause or exc), request=request) from exc
+                except BaseException:
+                    await conn.close()
+                    raise
             return
         raise httpx.ConnectTimeout(f"no connection in {timeout:g} s", request=request)
 
@@ -325,13 +428,18 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             self._watchdog_of_run = _Watchdog()
         return self._watchdog_of_run
 
-    async def _ssl_context(self) -> ssl.SSLContext:
-        # Loading the CA bundle takes long on a board: once, in a worker
-        # thread, at the first https request (never for a local server).
+    async def _ssl_context(self, request: httpx.Request, ca_file: str | None) -> ssl.SSLContext:
+        """httpx's default context, with ca_file's CAs besides its own.
+        Loading the CA bundle takes long on a board: once per CA file, in a
+        worker thread, at its first https request (never for a local server)."""
         async with self._ssl_lock:
-            if self._ssl is None:
-                self._ssl = await trio.to_thread.run_sync(httpx.create_ssl_context)
-        return self._ssl
+            if ca_file not in self._ssl:
+                try:
+                    self._ssl[ca_file] = await trio.to_thread.run_sync(_ssl_context, ca_file)
+                except OSError as exc:  # ssl.SSLError included
+                    raise httpx.ConnectError(f"CA file {ca_file}: {_why(exc)}",
+                                             request=request) from exc
+        return self._ssl[ca_file]
 
     async def _drop_an_idle_connection(self) -> None:
         """All slots taken: the oldest idle connection of another host gives its way."""
@@ -361,12 +469,11 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 await self._release(conn, False)
 
 
-def _still_idle(conn: _Connection) -> bool:
-    """An idle connection has nothing to read: a readable one was closed by
-    the server (or holds bytes nobody asked for) and is not reused."""
-    poll = select.poll()
-    poll.register(conn.raw_fd(), select.POLLIN)
-    return not poll.poll(0)
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    context = httpx.create_ssl_context()
+    if ca_file is not None:
+        context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 def _request_head(request: httpx.Request, length: int) -> bytes:

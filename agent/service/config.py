@@ -111,7 +111,7 @@ _TOOL_KEYS = ("name", "description", "parameters", "timeout")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
 _PROVIDER_KEYS = ("protocol", "base_url", "model", "api_key_env", "api_key_file",
                   "retries", "headers", "fallback", "cooldown", "max_cooldown",
-                  "retry_without_tools",
+                  "retry_without_tools", "ca_file",
                   *_PROVIDER_OPTIONAL, *_PROVIDER_ANY)
 MAX_COOLDOWN = 86400.0  # a day: a longer wait is a disabled provider, which has its own state
 
@@ -651,6 +651,8 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
     settings.update({key: table.values[key] for key in _PROVIDER_ANY if key in table.values})
     settings.update(headers=_headers(table),
                     api_key=_api_key(table, environ, config_dir, warnings))
+    if "ca_file" in table.values:
+        settings["ca_file"] = _ca_file(table, config_dir)
     try:
         provider = Provider(name=name, **settings)
     except ValueError as error:
@@ -669,6 +671,24 @@ def _provider(table: Table, environ: Mapping[str, str], config_dir: str,
     return ProviderEntry(provider, table.integer("retries", 3, 0, 10), tuple(fallback),
                          Policy(cooldown, max_cooldown),
                          table.get("retry_without_tools", bool, False))
+
+
+def _ca_file(table: Table, config_dir: str) -> str:
+    """The absolute path of the provider's CA file, once it has shown to
+    hold PEM certificates (the daemon loads it at the first https request)."""
+    import ssl  # only for a config that names a CA file
+
+    path = os.path.join(config_dir, table.get("ca_file", str))
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except FileNotFoundError:
+        raise table.error("ca_file", f"CA file not found: {path}") from None
+    except ssl.SSLError as error:
+        raise table.error("ca_file", f"{path} holds no PEM certificate that loads "
+                                     f"({error.reason or error})") from None
+    except OSError as error:
+        raise table.error("ca_file", f"cannot read {path}: {error.strerror}") from None
+    return os.path.abspath(path)
 
 
 def _headers(table: Table) -> dict[str, str]:
