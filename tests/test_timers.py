@@ -176,6 +176,10 @@ class Speech:
         self.said.append((trio.current_time(), text))
         return ["recorder"]
 
+    async def play(self, sound, origin) -> list[str]:
+        self.said.append((trio.current_time(), sound))
+        return ["recorder"]
+
     def silence(self, origins, everything) -> list[str]:
         return []
 
@@ -216,6 +220,24 @@ async def test_a_timer_rings_its_label_until_a_stop(tmp_path, autojump_clock):
         rung = len(speech.said)
         await trio.sleep(60)
         assert len(speech.said) == rung and timers.status()["ringing"] == []
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_chime_sounds_before_each_repetition_of_the_label(tmp_path, autojump_clock):
+    from agent.core.replies import Sound
+
+    chime = Sound(b"\x01\x00" * 800, 16000, 2, 1)
+    center, speech = center_with_speech()
+    timers = tools_on(tmp_path, center, ring_interval_seconds=5, ring_limit_seconds=600,
+                      chime=chime)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(timers.run)
+        await timers.call_tool("timer_set", {"seconds": 30, "label": "eggs"})
+        await wait_for(lambda: len(speech.said) >= 4)
+        assert [what for _, what in speech.said[:4]] == [chime, "Timer eggs is done.",
+                                                         chime, "Timer eggs is done."]
+        await center.stop(StopAsks("test"))
         nursery.cancel_scope.cancel()
 
 
@@ -389,3 +411,40 @@ async def test_the_asker_is_known_to_the_tool_and_a_speak_on_ask_rings_on_that_b
         nursery.cancel_scope.cancel()
     assert runner.said[1].endswith("on board kitchen, in 30 seconds")
 
+
+
+# ---- [timers] in the config ----
+
+def timers_table(text: str, where: str = "/etc/homeagent/config.toml"):
+    from agent.service.config import parse
+    from test_voice_config import LOCAL
+
+    return parse(LOCAL + "[timers]\n" + text, where, {}).timers
+
+
+def test_the_timers_table_is_read_and_its_chime_loaded(tmp_path):
+    from voice_audio import write_wav
+
+    write_wav(tmp_path / "chime.wav", b"\x10\x00" * 1600)
+    config = timers_table('timezone = "Europe/Berlin"\nring_limit_seconds = 30\n'
+                          'chime = "chime.wav"\n', str(tmp_path / "config.toml"))
+    assert (config.timezone, config.ring_limit_seconds, config.ring_interval_seconds) == (
+        "Europe/Berlin", 30.0, 5.0)
+    assert (config.chime.rate, config.chime.pcm) == (16000, b"\x10\x00" * 1600)
+    assert timers_table("").chime is None and timers_table("").enabled
+
+
+@pytest.mark.parametrize("text,key,problem", [
+    ('timezone = "Mars/Olympus"\n', "timers.timezone", "Mars/Olympus"),
+    ("ring_limit_seconds = 0\n", "timers.ring_limit_seconds", "between"),
+    ("max_timers = 1000\n", "timers.max_timers", "between"),
+    ('chime = "nowhere.wav"\n', "timers.chime", "not a PCM WAV file"),
+    ("chime = 3\n", "timers.chime", "expected a string"),
+    ("alarm = true\n", "timers.alarm", "unknown key"),
+])
+def test_timers_mistakes_are_named(text, key, problem):
+    from agent.service.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        timers_table(text)
+    assert key in str(caught.value) and problem in str(caught.value), str(caught.value)

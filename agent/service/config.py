@@ -73,7 +73,7 @@ _MCP_KEYS = (*_MCP_STDIO, *_MCP_HTTP, "start", "allow", "deny", "timeout", "star
 MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the prefix of its tools' names
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TIMERS_KEYS = ("enabled", "max_timers", "ring_limit_seconds", "ring_interval_seconds",
-                "timezone")
+                "timezone", "chime")
 _MQTT_KEYS = ("broker", "port", "unix", "tls", "username", "password_file", "client_id",
               "board", "prefix", "keepalive", "reconnect_min", "reconnect_max", "max_payload",
               "max_asks", "deltas", "discovery", "discovery_prefix", "sessions")
@@ -154,7 +154,7 @@ def parse(text: str, path: str, environ: Mapping[str, str] = os.environ) -> Conf
                              warnings),
                   voice=_voice(root.table("voice", _VOICE_KEYS), os.path.dirname(path),
                                providers),
-                  timers=_timers(root.table("timers", _TIMERS_KEYS)),
+                  timers=_timers(root.table("timers", _TIMERS_KEYS), os.path.dirname(path)),
                   warnings=tuple(warnings))
 
 
@@ -272,7 +272,22 @@ def _sessions(table: Table) -> SessionConfig:
         unnamed_max_age=table.number("unnamed_max_age", 7 * 86400.0, 0, 10 * 365 * 86400.0))
 
 
-def _timers(table: Table) -> TimersConfig:
+def _sound(table: Table, key: str, config_dir: str):
+    """The WAV file key names (relative: to the config's directory), read
+    now into a replies.Sound; None when the key is absent."""
+    path = table.get(key, str, None)
+    if path is None:
+        return None
+    from agent.core.sound import read_sound
+
+    path = os.path.join(config_dir, path)
+    try:
+        return read_sound(path)
+    except ValueError as error:
+        raise table.error(key, f"{path}: {error}") from None
+
+
+def _timers(table: Table, config_dir: str) -> TimersConfig:
     timezone = table.get("timezone", str, "")
     try:
         zone_named(timezone)
@@ -284,7 +299,7 @@ def _timers(table: Table) -> TimersConfig:
                         ring_limit_seconds=limit,
                         ring_interval_seconds=table.number("ring_interval_seconds",
                                                            min(5.0, limit), 1.0, limit),
-                        timezone=timezone)
+                        timezone=timezone, chime=_sound(table, "chime", config_dir))
 
 
 def _wyoming(table: Table) -> WyomingConfig:
@@ -345,8 +360,7 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
         return VoiceConfig()
     from agent.session.store import check_session_id
     from agent.voice.audio import Format
-    from agent.voice.config import (BUILTIN, MAX_ARBITRATION_WINDOW, SourceConfig, WakeWord,
-                                    read_wake_sound)
+    from agent.voice.config import BUILTIN, MAX_ARBITRATION_WINDOW, SourceConfig, WakeWord
     from agent.voice.endpoint import Limits
 
     def session_of(reader, key: str, default):
@@ -426,14 +440,7 @@ def _voice(table: Table, config_dir: str, providers: Mapping[str, Any]) -> Voice
                     min_seconds=table.number("min_seconds", 0.3, 0, 10),
                     threshold=table.number("threshold", 0.5, 0.01, 0.99))
     error_text = table.get("error_text", str, "I could not hear that.")
-    wake_sound = None
-    sound_path = table.get("wake_sound", str, None)
-    if sound_path is not None:
-        sound_path = os.path.join(config_dir, sound_path)
-        try:
-            wake_sound = read_wake_sound(sound_path)
-        except ValueError as error:
-            raise table.error("wake_sound", f"{sound_path}: {error}") from None
+    wake_sound = _sound(table, "wake_sound", config_dir)
     return VoiceConfig(
         enabled=True, source=source, wake=tuple(wake), wake_server=wake_server,
         asr=_address(table, "asr", table.get("asr", str)),

@@ -12,35 +12,6 @@ from agent.voice.endpoint import Limits
 # the wake words in pymicro-wakeword's wheel (agent/voice/wake.py)
 BUILTIN = ("okay_nabu", "hey_jarvis", "hey_mycroft", "alexa")
 MAX_ARBITRATION_WINDOW = 2.0   # seconds; agent/mqtt/claims.py's MAX_WINDOW
-# the wake sound: a chime, held in memory, in a format a speech device's sink plays
-WAKE_SOUND_MAX_SECONDS = 5.0
-WAKE_SOUND_RATES = (4000, 192000)
-WAKE_SOUND_MAX_CHANNELS = 8
-
-
-def read_wake_sound(path: str) -> Sound:
-    """The PCM of a WAV file; ValueError saying what is wrong with it."""
-    import wave  # only for a board with a wake sound
-
-    try:
-        with wave.open(path, "rb") as reader:
-            rate, width = reader.getframerate(), reader.getsampwidth()
-            channels, frames = reader.getnchannels(), reader.getnframes()
-            low, high = WAKE_SOUND_RATES
-            if not (low <= rate <= high and channels <= WAKE_SOUND_MAX_CHANNELS):
-                raise ValueError(f"{rate} Hz, {channels} channels: a sound is {low} to {high} "
-                                 f"Hz, 1 to {WAKE_SOUND_MAX_CHANNELS} channels")
-            if frames > rate * WAKE_SOUND_MAX_SECONDS:
-                raise ValueError(f"{frames / rate:.1f} s: a wake sound is at most "
-                                 f"{WAKE_SOUND_MAX_SECONDS:g} s")
-            pcm = reader.readframes(frames)
-    except (OSError, EOFError, wave.Error) as error:
-        raise ValueError(f"not a PCM WAV file that can be read ({error})") from None
-    if not pcm:
-        raise ValueError("the sound is empty")
-    return Sound(pcm, rate, width, channels)
-
-
 @dataclass(frozen=True)
 class WakeWord:
     """One wake word: its model (in process: a built-in name or a model's

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.core.replies import Sound
+
 MAX_RING_SECONDS = 3600.0
 
 
@@ -14,3 +16,4 @@ class TimersConfig:
     ring_limit_seconds: float = 60.0  # a ring nobody stops ends after this
     ring_interval_seconds: float = 5.0  # from one repetition's start to the next
     timezone: str = ""              # a zoneinfo key; "": the system's
+    chime: Sound | None = None      # played before each repetition's label, on this board

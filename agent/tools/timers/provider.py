@@ -21,8 +21,9 @@ schedule and rings: its label spoken through the center's announce every
 ring_interval_seconds (the first time with how late it is, when it is),
 until a stop of everything (Center.stop calls silence(): the socket's
 `stop`, a board's STOP, MQTT's stop, a barge-in wake word) or
-ring_limit_seconds. The daemon has no path that plays a sound file, so the
-chime is the spoken label, repeated.
+ring_limit_seconds. With a `chime` (a WAV file), each repetition plays it
+first on this board's speech devices (the center's play(), as the voice
+door's wake sound); a ring on another board is its announce alone.
 """
 
 from __future__ import annotations
@@ -264,6 +265,8 @@ class TimerTools:
                 for repetition in itertools.count():
                     text = ring_text(timer, late if repetition == 0 else 0)
                     try:
+                        if config.chime is not None and timer.board is None:
+                            await self.center.play(config.chime)
                         await self.center.announce(Announce(text, board=timer.board))
                     except Refused as refusal:
                         if not refused:  # said once a ring, not every repetition
