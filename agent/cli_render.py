@@ -59,8 +59,10 @@ class AskPrinter:
         if kind in ("tool_call", "tool_result", "warning", "failover"):
             self._side_line()
         if kind == "failover":
+            goes_on = ("answers" if reply.get("resumed_at") is None else
+                       f"goes on from character {reply['resumed_at']}")
             self.err.write(f"homeagent: {reply.get('failed')} failed ({reply.get('message')}); "
-                           f"{reply.get('provider')} ({reply.get('model')}) answers\n")
+                           f"{reply.get('provider')} ({reply.get('model')}) {goes_on}\n")
         if kind == "tool_call":
             arguments = reply["arguments"]
             if not isinstance(arguments, str):  # a string did not parse: shown as it came

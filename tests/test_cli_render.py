@@ -339,6 +339,16 @@ def test_a_failover_is_a_side_line_and_the_answer_follows():
                    "local (llama3.2) answers\n")
 
 
+
+def test_a_failover_mid_answer_says_where_the_answer_goes_on():
+    failover = {"id": 1, "type": "failover", "failed": "cloud", "code": "upstream_stream",
+                "message": "cloud: the stream broke", "status": None, "provider": "cloud",
+                "model": "gpt", "resumed_at": 12}
+    out, err, code = run([STARTED, DELTA_1, failover, DELTA_2, DONE])
+    assert (out, code) == (ANSWER, 0)
+    assert err.endswith("homeagent: cloud failed (cloud: the stream broke); "
+                        "cloud (gpt) goes on from character 12\n"), err
+
 def test_format_status_shows_each_providers_health():
     latency = {"samples": 40, "p50": 0.0123, "p99": 0.25}
     counts = {"answered": 40, "failed": 3, "failovers": 3, "skipped": 5}
