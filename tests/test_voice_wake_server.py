@@ -321,6 +321,14 @@ async def test_wake_words_in_process_and_on_the_server_are_heard_side_by_side(se
 
 # ---- a real daemon whose wake word is the server's ----
 
+def end_to_end(test):
+    """A real daemon hearing a microphone in real time, its wake word the
+    server's: the wyoming package, the voice extra and espeak-ng, not emulated."""
+    for mark in (needs_espeak, needs_voice, needs_wyoming, REAL_TIME):
+        test = mark(test)
+    return test
+
+
 def server_voice_table(peers, wake_server: WakeServer, files, **settings) -> str:
     """[voice] as test_voice_daemon's, its one wake word the server's ok_nabu."""
     table = voice_table(peers.asr("--say", QUESTION), files, peers.cues, follow_up="never",
@@ -329,10 +337,7 @@ def server_voice_table(peers, wake_server: WakeServer, files, **settings) -> str
                                                  'session = "kitchen", language = "fr" }]')
 
 
-@REAL_TIME
-@needs_wyoming
-@needs_voice
-@needs_espeak
+@end_to_end
 def test_a_board_hears_through_its_wake_server_without_the_models_in_process(
         tmp_path, mock, peers, speech, server):
 
@@ -363,10 +368,7 @@ def test_a_board_hears_through_its_wake_server_without_the_models_in_process(
         assert daemon.stop() == 0, daemon.log()
 
 
-@REAL_TIME
-@needs_wyoming
-@needs_voice
-@needs_espeak
+@end_to_end
 def test_a_wake_server_that_dies_is_reported_and_connected_again(tmp_path, mock, peers,
                                                                  speech, server):
 
@@ -393,10 +395,7 @@ def test_a_wake_server_that_dies_is_reported_and_connected_again(tmp_path, mock,
         assert daemon.stop() == 0, daemon.log()
 
 
-@REAL_TIME
-@needs_wyoming
-@needs_voice
-@needs_espeak
+@end_to_end
 @pytest.mark.parametrize("mode,failure", [("stall", "wake_stalled"),
                                           ("garbage", "wake_garbage")])
 def test_a_wake_server_that_stalls_or_says_garbage_is_named(tmp_path, mock, peers, speech,

@@ -21,12 +21,13 @@ import asyncio
 import json
 from pathlib import Path
 
+from wyoming_faults import FAULTS, misbehave
+
 
 def main() -> None:
     from wyoming.asr import Transcribe, Transcript, TranscriptChunk, TranscriptStart, \
         TranscriptStop
     from wyoming.audio import AudioChunk, AudioStart, AudioStop
-    from wyoming.error import Error
     from wyoming.event import Event
     from wyoming.server import AsyncEventHandler, AsyncServer
 
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("--record", required=True)
     parser.add_argument("--say", action="append", default=[])
     parser.add_argument("--mode", default="plain",
-                        choices=("plain", "streaming", "stall", "garbage", "error"))
+                        choices=("plain", "streaming", *FAULTS))
     args = parser.parse_args()
     record = Path(args.record)
     record.mkdir(parents=True, exist_ok=True)
@@ -66,14 +67,7 @@ def main() -> None:
                 (record / f"utterance-{index}.json").write_text(json.dumps(
                     {"transcribe": self.transcribe, "format": self.format}))
                 text = texts[min(index, len(texts) - 1)]
-                if args.mode == "stall":
-                    await asyncio.sleep(3600)
-                elif args.mode == "garbage":
-                    self.writer.write(b"this is not wyoming\n")
-                    await self.writer.drain()
-                elif args.mode == "error":
-                    await self.write_event(Error(text="the model is not loaded").event())
-                else:
+                if not await misbehave(self, args.mode, "the model is not loaded"):
                     if args.mode == "streaming":
                         await self.write_event(TranscriptStart().event())
                         for word in text.split(" "):

@@ -24,11 +24,12 @@ import argparse
 import asyncio
 import json
 
+from wyoming_faults import FAULTS, misbehave
+
 
 def main() -> None:
     from pymicro_wakeword import MicroWakeWord, MicroWakeWordFeatures, Model
     from wyoming.audio import AudioChunk, AudioStart
-    from wyoming.error import Error
     from wyoming.event import Event
     from wyoming.info import Attribution, Describe, Info, WakeModel, WakeProgram
     from wyoming.server import AsyncEventHandler, AsyncServer
@@ -39,7 +40,7 @@ def main() -> None:
     parser.add_argument("--log", required=True)
     parser.add_argument("--name", action="append", default=[])
     parser.add_argument("--mode", default="hear",
-                        choices=("hear", "stall", "garbage", "error"))
+                        choices=("hear", *FAULTS))
     parser.add_argument("--late", type=float, default=0.0)
     args = parser.parse_args()
     names = {model.value: model.value for model in Model}
@@ -77,13 +78,7 @@ def main() -> None:
                 for detector in self.detectors.values():
                     detector.reset()
             elif AudioChunk.is_type(event.type):
-                if args.mode == "stall":
-                    await asyncio.sleep(3600)
-                elif args.mode == "garbage":
-                    self.writer.write(b"this is not wyoming\n")
-                    await self.writer.drain()
-                elif args.mode == "error":
-                    await self.write_event(Error(text="the models are not loaded").event())
+                await misbehave(self, args.mode, "the models are not loaded")
                 for features in self.features.process_streaming(
                         AudioChunk.from_event(event).audio):
                     for name, detector in self.detectors.items():
