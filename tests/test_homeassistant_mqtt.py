@@ -11,6 +11,7 @@ board that stops is unavailable.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from daemon_harness import Daemon
 import homeassistant as harness  # tests/homeassistant.py
 from mosquitto import Broker, require_mosquitto
+from test_timers_daemon import provider as timer_provider
 
 pytestmark = pytest.mark.not_emulated(
     reason="Home Assistant is a host peer: its venv is built by the host's Python "
@@ -52,7 +54,8 @@ def house(tmp_path_factory, mock):
         speech = ["sh", "-c", 'while [ -e "$0.hold" ]; do sleep 0.02; done; '
                   'printf "%s\\n" "$1" >> "$0"', str(directory / "spoken.txt"), "{text}"]
         daemon = Daemon(directory, mock.url,
-                        providers={"mock": {"headers": {"x-mock-delay-ms": str(DELAY_MS)}}},
+                        providers={"mock": {"headers": {"x-mock-delay-ms": str(DELAY_MS)}},
+                                   "timer": timer_provider(3600)},
                         extra="[mqtt]\n" + "".join(f"{k} = {json.dumps(v)}\n"
                                                    for k, v in mqtt.items())
                         + '[devices.voice]\ntype = "command"\nspeech = true\n'
@@ -80,6 +83,24 @@ def test_the_board_s_entities_exist_and_are_available(house):
                   if "components.mqtt" in line and ("ERROR" in line or "WARNING" in line)]
     assert complaints == []
 
+
+def test_the_next_timer_sensor_shows_when_it_rings_and_is_unavailable_without(house):
+    home, daemon, _ = house
+    sensor = "sensor.homeagent_kitchen_next_timer"
+    home.wait_state(sensor, lambda s: s["state"] == "unavailable", "no timer: unavailable")
+    with daemon.client() as client:
+        replies = list(client.request("ask", prompt="a tea timer please", provider="timer"))
+        [result] = [r for r in replies if r["type"] == "tool_result"]
+        assert not result["is_error"], replies
+        [timer] = client.call("timers")["timers"]
+    state = home.wait_state(sensor, lambda s: s["state"] not in ("unavailable", "unknown"),
+                            "the timer's time")
+    # Home Assistant's timestamp: the same instant, in UTC
+    assert dt.datetime.fromisoformat(state["state"]) == dt.datetime.fromisoformat(timer["at"])
+    assert state["attributes"]["label"] == "tea"
+    with daemon.client() as client:
+        client.call("timers", cancel=timer["id"])
+    home.wait_state(sensor, lambda s: s["state"] == "unavailable", "cancelled: unavailable")
 
 def test_setting_the_text_entity_makes_the_board_ask(house, mock):
     home, _, watcher = house
