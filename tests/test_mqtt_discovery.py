@@ -51,7 +51,7 @@ def test_topics_and_board_names():
     assert topics.subscriptions() == ["homeagent/hall/ask", "homeagent/hall/announce",
                                       "homeagent/hall/stop",
                                       "$share/homeagent/homeagent/house/ask",
-                                      "homeagent/+/availability"]
+                                      "homeagent/+/availability", "homeagent/+/voice"]
     assert board_name("Pi-Kitchen.local") == "pi-kitchen-local"
     assert board_name("Büro 2") == "b-ro-2"
     assert board_name("...") == "homeagent"

@@ -76,7 +76,7 @@ def start(boards: list[Board]) -> None:
     for board in boards:
         until(lambda: board.status()["voice"]["state"] == "idle"
               and (board.status()["mqtt"]["last_error"] is not None
-                   or names <= set(board.status()["mqtt"]["boards_online"])),
+                   or names <= set(board.status()["mqtt"]["boards_hearing"])),
               f"{board.name} waits for its wake word", seconds=60)
 
 
@@ -138,21 +138,35 @@ def test_boards_hearing_the_same_utterance_agree_on_exactly_one(boards, broker, 
 
 @voice
 @pytest.mark.parametrize("where", ["alone on the broker", "broker down"])
-def test_a_board_alone_or_without_its_broker_answers_at_once(boards, broker, tmp_path,
+def test_a_board_alone_or_without_its_broker_answers_at_once(boards, broker, tmp_path, mock,
                                                             speech, where):
     mqtt = on_broker(broker, "arbitration-alone") if where == "alone on the broker" else (
         f"[mqtt]\nbroker = \"127.0.0.1\"\nport = {free_port()}\nreconnect_min = 0.5\n")
     board, = boards(["solo"], mqtt)
-    start([board])
-    (tmp_path / "cues" / "0").touch()
-    until(lambda: board.status()["voice"]["asks"] == 1 and board.status()["voice"]["state"]
-          == "idle", "the board answered", seconds=60)
-    status = board.status()
-    assert status["voice"]["lost_to_another_board"] == 0
-    assert status["mqtt"]["claims"]["sent"] == 0   # nobody to claim it from
-    assert speech["question"][1] in board.peers.utterance(0)
-    if where == "broker down":
-        assert "answered here without a claim: not connected" in board.daemon.log()
+    deaf = None
+    if where == "alone on the broker":  # a board that does not hear: nobody to claim from
+        (tmp_path / "deaf").mkdir()
+        deaf = Daemon(tmp_path / "deaf", mock.url, extra=mqtt + 'board = "deaf"\n')
+        deaf.start()
+    try:
+        start([board])
+        if deaf is not None:
+            until(lambda: "deaf" in board.status()["mqtt"]["boards_online"],
+                  "the deaf board online")
+        (tmp_path / "cues" / "0").touch()
+        until(lambda: board.status()["voice"]["asks"] == 1
+              and board.status()["voice"]["state"] == "idle", "the board answered", seconds=60)
+        status = board.status()
+        assert status["voice"]["lost_to_another_board"] == 0
+        assert status["mqtt"]["claims"]["sent"] == 0   # nobody to claim it from
+        assert speech["question"][1] in board.peers.utterance(0)
+        if where == "broker down":
+            assert "answered here without a claim: not connected" in board.daemon.log()
+        else:
+            assert status["mqtt"]["boards_hearing"] == ["solo"]
+    finally:
+        if deaf is not None:
+            assert deaf.stop() == 0, deaf.log()
 
 
 @needs_voice

@@ -97,6 +97,7 @@ class MqttService:
         self._ids = itertools.count(1)
         wanted = [(topic, 2) for topic in self.topics.commands()]
         wanted.append((self.topics.every_availability, 1))
+        wanted.append((self.topics.every_voice, 1))
         wanted.append((self.topics.house_claim, 0))
         if config.discovery:
             wanted.append((f"{config.discovery_prefix}/status", 1))
@@ -119,6 +120,7 @@ class MqttService:
         self._elsewhere: dict[int, messages.SpokenElsewhere] = {}  # of asks with speak_on
         self.arbiter = claims.Arbiter(config.board)
         self.claim_counts = {"sent": 0, "won": 0, "lost": 0, "received": 0, "refused": 0}
+        self.hearing: set[str] = set()   # boards whose voice state is retained: they hear
         self._claims_in = trio.lowlevel.ParkingLot()   # claim() waits here for others'
         self._claim_log = Throttled(log)
         # the connection's nursery and stream, while connected: a claim is sent on it
@@ -145,6 +147,7 @@ class MqttService:
             "in_flight": len(self.session.in_flight), "asks": self.asks,
             "active": self._active_asks(trio.current_time()), "state": self.state,
             "boards_online": sorted(b for b, online in self.boards.items() if online),
+            "boards_hearing": sorted(b for b in self.hearing if self.boards.get(b)),
             "claims": {**self.claim_counts, "kept": len(self.arbiter.kept)}})
 
     # ---- the connection ----
@@ -343,6 +346,14 @@ class MqttService:
                                                       or len(self.boards) < MAX_BOARDS):
                 self.boards[board] = packet.payload == b"online"
             return
+        board = topics.board_of_voice(topic)
+        if board is not None:   # a board with a voice state hears: a claim waits for it
+            if isinstance(packet, codec.Publish):
+                if packet.payload and (board in self.hearing or len(self.hearing) < MAX_BOARDS):
+                    self.hearing.add(board)
+                elif not packet.payload:
+                    self.hearing.discard(board)
+            return
         if topic == f"{config.discovery_prefix}/status":
             if isinstance(packet, codec.Publish) and packet.payload == b"online":
                 log.info("mqtt: Home Assistant is online: discovery configs again")
@@ -530,14 +541,16 @@ class MqttService:
     async def claim(self, wake: str, probability: float, window: float) -> bool:
         """Whether this board answers the utterance it heard: the boards that
         heard it too agree on one (claims.py). True at once when no other
-        board is online, or the broker cannot be reached now."""
+        board that hears (one with a retained voice state) is online, or the
+        broker cannot be reached now."""
         link = self._link
         if link is None:
             log.info("mqtt: %s answered here without a claim: not connected to the broker "
                      "%s (%s)", wake, self.where, outgoing(self.last_error or "connecting"))
             return True
-        if not any(up for board, up in self.boards.items() if board != self.config.board):
-            return True
+        if not any(up and board in self.hearing for board, up in self.boards.items()
+                   if board != self.config.board):
+            return True   # no other board that hears is online
         nursery, stream = link
         own = self.arbiter.claim(wake, probability, window, trio.current_time())
         nursery.start_soon(stream.send_all, codec.publish(self.topics.house_claim, own.payload()))

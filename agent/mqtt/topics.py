@@ -64,20 +64,31 @@ class Topics:
         """Every board's availability: which boards are online."""
         return f"{self.prefix}/+/availability"
 
+    @property
+    def every_voice(self) -> str:
+        """Every board's voice state: which boards hear ([voice])."""
+        return f"{self.prefix}/+/voice"
+
     def commands(self) -> list[str]:
         """What the board subscribes to for commands (QoS 2: a publisher's
         QoS 2 ask runs exactly once)."""
         return [self.ask, self.announce, self.stop, self.house_share]
 
     def subscriptions(self) -> list[str]:
-        return [*self.commands(), self.every_availability]
+        return [*self.commands(), self.every_availability, self.every_voice]
 
     def board_of_availability(self, topic: str) -> str | None:
         """The board whose availability topic this is; None for any other
         topic, and for a level that is no board name (it will never be
         made into a topic of ours)."""
-        head, _, board = topic.removesuffix("/availability").rpartition("/")
-        if head == self.prefix and topic.endswith("/availability") \
-                and BOARD_NAME.fullmatch(board):
+        return self._board_of(topic, "/availability")
+
+    def board_of_voice(self, topic: str) -> str | None:
+        """The board whose voice state topic this is, as board_of_availability."""
+        return self._board_of(topic, "/voice")
+
+    def _board_of(self, topic: str, leaf: str) -> str | None:
+        head, _, board = topic.removesuffix(leaf).rpartition("/")
+        if head == self.prefix and topic.endswith(leaf) and BOARD_NAME.fullmatch(board):
             return board
         return None
