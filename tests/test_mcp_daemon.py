@@ -5,6 +5,7 @@ makes) and MCP servers in their own processes (tests/mcp_peers.py): the
 servers written here. No assert on a duration: timeouts are hang guards."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -72,12 +73,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def http_peer():
+def start_http_peer(stderr=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """The SDK's server "beta" on streamable HTTP, listening; (process, url)."""
     port = free_port()
     process = subprocess.Popen([sys.executable, PEERS, "peer", "http", "beta", str(port)],
-                               env=child_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               env=child_env(), stdout=subprocess.DEVNULL, stderr=stderr)
     url = f"http://127.0.0.1:{port}/mcp"
 
     def listening():
@@ -87,6 +87,12 @@ def http_peer():
             return process.poll() is not None  # ended: the assert below says so
     until(listening, "the HTTP peer listens")
     assert process.poll() is None
+    return process, url
+
+
+@pytest.fixture(scope="module")
+def http_peer():
+    process, url = start_http_peer()
     yield url
     process.terminate()
     process.wait(WAIT)
@@ -254,3 +260,26 @@ def test_a_crash_mid_call_is_an_error_then_a_restart_serves_the_next_call(hostil
     assert (again["is_error"], again["content"]) == (False, "poked")
     crash = servers(hostile)["crash"]
     assert crash["restarts"] == 1 and "exit status 3" in crash["last_error"]
+
+
+def test_a_daemon_that_stops_ends_its_http_session(tmp_path, mock):
+    """The DELETE the specification asks of a client that leaves: the SDK's
+    server logs the session it ends."""
+    log = tmp_path / "peer.log"
+    with open(log, "wb") as stderr:
+        process, url = start_http_peer(stderr)
+    try:
+        daemon = Daemon(tmp_path, mock.url, extra=server("beta", url=url, start="start"))
+        daemon.start()
+        try:
+            until(lambda: servers(daemon)["beta"]["state"] == "ready", "beta ready")
+            session = re.findall(r"Created new transport with session ID: (\w+)",
+                                 log.read_text())[-1]   # the daemon's, the newest
+            assert f"Terminating session: {session}" not in log.read_text()
+        finally:
+            assert daemon.stop() == 0, daemon.log()
+        until(lambda: f"Terminating session: {session}" in log.read_text(),
+              "the daemon's session ended")
+    finally:
+        process.terminate()
+        process.wait(WAIT)

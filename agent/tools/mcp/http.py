@@ -9,7 +9,9 @@ bound is dropped unread (its head kept to find the call it answers). Bodies
 are asked for in identity encoding; an encoded one is refused. A 404 once
 a session exists means the server forgot it: the connection ends (and is
 made again). A call whose POST fails fails alone; any other message whose
-POST fails ends the connection. Redirects are not followed.
+POST fails ends the connection. Redirects are not followed. When the
+connection ends (the daemon stops, or the server broke it), a session the
+server gave is ended with a DELETE.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agent.tools.mcp.config import McpConfig
 from agent.tools.mcp.protocol import HEAD_BYTES, SseParser, TooLarge, frame
 
 CONNECT_TIMEOUT = 10.0
+END_SESSION_TIMEOUT = 2.0   # the DELETE that ends a session, at stop
 
 
 class HttpLink:
@@ -154,8 +157,26 @@ async def run(config: McpConfig, on_item, on_call_failed, version,
     timeout = httpx.Timeout(CONNECT_TIMEOUT, read=None)  # a call's own timeout governs
     async with httpx.AsyncClient(headers=headers, timeout=timeout,
                                  follow_redirects=False) as client:
-        async with trio.open_nursery() as nursery:
-            link = HttpLink(config, client, nursery, on_item, on_call_failed, version)
-            task_status.started(link)
-            await trio.sleep_forever()
+        link = None
+        try:
+            async with trio.open_nursery() as nursery:
+                link = HttpLink(config, client, nursery, on_item, on_call_failed, version)
+                task_status.started(link)
+                await trio.sleep_forever()
+        finally:
+            if link is not None and link.session_id is not None:
+                await _end_session(client, config.url, link.session_id, version())
     return link.ended or "the connection ended"
+
+
+async def _end_session(client: httpx.AsyncClient, url: str, session_id: str,
+                       protocol_version: str | None) -> None:
+    """Tell the server the session is over (a DELETE, as the specification
+    asks of a client that leaves), bounded and shielded: the daemon may be
+    stopping. A server that refuses or is gone changes nothing."""
+    headers = {"mcp-session-id": session_id, "mcp-protocol-version": protocol_version or ""}
+    with trio.CancelScope(shield=True), trio.move_on_after(END_SESSION_TIMEOUT):
+        try:
+            await client.delete(url, headers=headers)
+        except httpx.HTTPError:
+            pass
