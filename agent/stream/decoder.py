@@ -189,7 +189,7 @@ class StreamDecoder:
             # the call's text, told by the return value. One decode, one
             # object; no unpack, no record loop.
             n = ~n
-            text = self._text[0:n >> _PACKED_TEXT_SHIFT].decode("utf-8")
+            text = self._text[0:n >> _PACKED_TEXT_SHIFT].decode()  # UTF-8, no name to look up
             return [_PACKED[n & _PACKED_KIND](n >> _PACKED_KIND_BITS & _PACKED_INDEX, text)]
         return self._unpacked(n, data)
 
@@ -204,7 +204,7 @@ class StreamDecoder:
             text_len, full, kind, index, sub, s2 = _ONE.unpack_from(self._recs)
             delta = _PLAIN_DELTAS.get(kind)
             if (delta is not None or kind == _TOOL_ARGS) and not full:
-                text = self._text[0:text_len].decode("utf-8")
+                text = self._text[0:text_len].decode()
                 item_id = None
                 if s2 >= 0:  # Responses: the item id, then the piece
                     s1, s1_end, s2_end = _ONE_SPANS.unpack_from(self._recs)
@@ -242,7 +242,7 @@ class StreamDecoder:
 
     def _unpack(self, n: int, text_len: int, out: list) -> None:
         # bytes.decode of a buffer slice is the cheapest way to one str here
-        text = self._text[0:text_len].decode("utf-8") if text_len else ""
+        text = self._text[0:text_len].decode() if text_len else ""
         append = out.append
         for w in _RECORD.iter_unpack(self._recs_view[_HDR_BYTES:_HDR_BYTES + n * _REC_BYTES]):
             kind = w[_KIND]

@@ -207,7 +207,7 @@ class ProviderDecoder:
             # call, one str, one event.
             n = ~self._core_feed(self._core_st, data, len(data))
             if n >= 0 and n & PACKED_CODE_MASK == self._continuing:
-                text = self._core_text[0:n >> _TEXT_SHIFT].decode("utf-8")
+                text = self._core_text[0:n >> _TEXT_SHIFT].decode()  # UTF-8
                 self._add_piece(text)
                 return [self._continuing_class(self._continuing_index, text)]
             # a packed return writes its one record too
