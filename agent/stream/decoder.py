@@ -91,6 +91,9 @@ _TEXT = lib.HA_REC_TEXT
 _REASONING = lib.HA_REC_REASONING
 _TOOL_ARGS = lib.HA_REC_TOOL_ARGS
 _SSE_EVENT = lib.HA_REC_SSE_EVENT
+# the records that end an answer, and a tool call's head, tested first
+_FINISH_REC, _USAGE_REC, _TIMINGS_REC = lib.HA_REC_FINISH, lib.HA_REC_USAGE, lib.HA_REC_TIMINGS
+_END_REC, _META_REC, _TOOL_START_REC = lib.HA_REC_END, lib.HA_REC_META, lib.HA_REC_TOOL_START
 # The deltas built alike, (index, text, sub or None, item id or None)
 _PLAIN_DELTAS = {_TEXT: TextDelta, _REASONING: ReasoningDelta,
                  lib.HA_REC_REFUSAL: RefusalDelta}
@@ -103,6 +106,19 @@ _PACKED = tuple(_PACKED_BY_KIND.get(k) for k in range(_PACKED_KIND + 1))
 _PACKED_INDEX = lib.HA_PACKED_MAX_INDEX - 1
 _PACKED_KIND_BITS = lib.HA_PACKED_KIND_BITS
 _PACKED_TEXT_SHIFT = lib.HA_PACKED_TEXT_SHIFT
+PACKED_CODE_MASK = (1 << _PACKED_TEXT_SHIFT) - 1
+
+
+def packed_code(delta) -> int:
+    """What ha_stream_feed_packed returns, inverted and masked, for a next
+    delta of this one's class and index, or -1 when it cannot be packed."""
+    kind = _PACKED_KIND_OF.get(type(delta))
+    if kind is None or not 0 <= delta.index <= _PACKED_INDEX:
+        return -1
+    return delta.index << _PACKED_KIND_BITS | kind
+
+
+_PACKED_KIND_OF = {cls: kind for kind, cls in _PACKED_BY_KIND.items()}
 _END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
@@ -126,7 +142,7 @@ class StreamDecoder:
     Memory is allocated here, once; feeding allocates nothing in C.
     """
 
-    __slots__ = ("protocol", "single", "_st", "_areas", "_recs", "_recs_view", "_text",
+    __slots__ = ("protocol", "_st", "_areas", "_recs", "_recs_view", "_text",
                  "_raw", "_feed", "_closed", "_item_id")
 
     def __init__(self, protocol: Protocol = Protocol.OPENAI_CHAT,
@@ -154,10 +170,6 @@ class StreamDecoder:
         self._feed = lib.ha_stream_feed_packed
         self._closed = False
         self._item_id: str | None = None  # of the last one-delta read
-        # The class of the event when the last feed() returned one delta,
-        # else None: a provider decoder continuing a part checks this
-        # instead of the event list.
-        self.single: type | None = None
 
     @property
     def retry(self) -> int | None:
@@ -177,9 +189,14 @@ class StreamDecoder:
             # the call's text, told by the return value. One decode, one
             # object; no unpack, no record loop.
             n = ~n
-            self.single = delta = _PACKED[n & _PACKED_KIND]
-            return [delta(n >> _PACKED_KIND_BITS & _PACKED_INDEX,
-                          self._text[0:n >> _PACKED_TEXT_SHIFT].decode("utf-8"))]
+            text = self._text[0:n >> _PACKED_TEXT_SHIFT].decode()  # UTF-8, no name to look up
+            return [_PACKED[n & _PACKED_KIND](n >> _PACKED_KIND_BITS & _PACKED_INDEX, text)]
+        return self._unpacked(n, data)
+
+    def _unpacked(self, n: int, data: bytes) -> list:
+        """The events of a call that returned n records (not packed): the
+        rest of feed(), and of a provider decoder's short way that found
+        another delta than the one it continues."""
         if n == 1:
             # One delta of another shape (a tool call's arguments, an item's
             # piece), whose strings are then all the call's text. One
@@ -187,7 +204,7 @@ class StreamDecoder:
             text_len, full, kind, index, sub, s2 = _ONE.unpack_from(self._recs)
             delta = _PLAIN_DELTAS.get(kind)
             if (delta is not None or kind == _TOOL_ARGS) and not full:
-                text = self._text[0:text_len].decode("utf-8")
+                text = self._text[0:text_len].decode()
                 item_id = None
                 if s2 >= 0:  # Responses: the item id, then the piece
                     s1, s1_end, s2_end = _ONE_SPANS.unpack_from(self._recs)
@@ -198,11 +215,8 @@ class StreamDecoder:
                         self._item_id = item_id
                     text = text[s1:s1_end]
                 if delta is None:
-                    self.single = ToolArgsDelta
                     return [ToolArgsDelta(index, None if sub < 0 else sub, text, item_id)]
-                self.single = delta
                 return [delta(index, text, None if sub < 0 else sub, item_id)]
-        self.single = None
         out: list = []
         while True:
             _, text_len, used, full = _HEADER.unpack_from(self._recs)
@@ -228,7 +242,7 @@ class StreamDecoder:
 
     def _unpack(self, n: int, text_len: int, out: list) -> None:
         # bytes.decode of a buffer slice is the cheapest way to one str here
-        text = self._text[0:text_len].decode("utf-8") if text_len else ""
+        text = self._text[0:text_len].decode() if text_len else ""
         append = out.append
         for w in _RECORD.iter_unpack(self._recs_view[_HDR_BYTES:_HDR_BYTES + n * _REC_BYTES]):
             kind = w[_KIND]
@@ -254,48 +268,45 @@ class StreamDecoder:
                 append(self._rare(kind, w, text))
 
     def _rare(self, kind: int, w: tuple, text: str):
-        def s(start: int) -> str | None:  # the string span that begins at word start
-            return None if w[start] < 0 else text[w[start]:w[start + 1]]
-
-        def raw() -> bytes | None:
-            return None if w[_RAW] < 0 else bytes(self._raw[w[_RAW]:w[_RAW_END]])
-
-        def opt(word: int) -> int | None:
-            return None if w[word] < 0 else w[word]
-
+        # module constants and helpers, no closures made per record: the
+        # end of every answer (finish, usage, timings, end) comes this way
+        if kind == _FINISH_REC:
+            return Finish(_opt(w, _INDEX), _FINISH[w[_SUB]], _span(w, text, _S1),
+                          _span(w, text, _S2))
+        if kind == _USAGE_REC:
+            return Usage(*[_opt(w, word) for word in _USAGE_WORDS])
+        if kind == _TIMINGS_REC:
+            return Timings(*[_opt(w, word) for word in _TIMING_WORDS])
+        if kind == _END_REC:
+            return StreamEnd(_END_SENTINELS[w[_CODE]])
+        if kind == _META_REC:
+            return Meta(_span(w, text, _S1), _span(w, text, _S2))
+        if kind == _TOOL_START_REC:
+            return ToolCallStart(w[_INDEX], _opt(w, _SUB), _span(w, text, _S1),
+                                 _span(w, text, _S2), _span(w, text, _S3))
         if kind == lib.HA_REC_REFUSAL:
-            return RefusalDelta(w[_INDEX], s(_S1), opt(_SUB), s(_S2))
+            return RefusalDelta(w[_INDEX], _span(w, text, _S1), _opt(w, _SUB),
+                                _span(w, text, _S2))
         if kind == lib.HA_REC_SIGNATURE:
-            return SignatureDelta(w[_INDEX], s(_S1))
-        if kind == lib.HA_REC_TOOL_START:
-            return ToolCallStart(w[_INDEX], opt(_SUB), s(_S1), s(_S2), s(_S3))
+            return SignatureDelta(w[_INDEX], _span(w, text, _S1))
         if kind == lib.HA_REC_BLOCK_START:
             unknown = w[_CODE] == 1
-            return BlockStart(w[_INDEX], _ITEM_KINDS[w[_SUB]], s(_S1), s(_S2),
-                              None if unknown else s(_S3),
-                              s(_S3) if unknown else None, raw())
+            return BlockStart(w[_INDEX], _ITEM_KINDS[w[_SUB]], _span(w, text, _S1),
+                              _span(w, text, _S2), None if unknown else _span(w, text, _S3),
+                              _span(w, text, _S3) if unknown else None, self._raw_bytes(w))
         if kind == lib.HA_REC_BLOCK_STOP:
-            return BlockStop(w[_INDEX], _ITEM_KINDS.get(w[_SUB]), s(_S1), s(_S2), s(_S3), raw())
+            return BlockStop(w[_INDEX], _ITEM_KINDS.get(w[_SUB]), _span(w, text, _S1),
+                             _span(w, text, _S2), _span(w, text, _S3), self._raw_bytes(w))
         if kind == lib.HA_REC_CITATION:
-            return Citation(w[_INDEX], raw())
-        if kind == lib.HA_REC_FINISH:
-            return Finish(opt(_INDEX), _FINISH[w[_SUB]], s(_S1), s(_S2))
-        if kind == lib.HA_REC_USAGE:
-            return Usage(*map(opt, _USAGE_WORDS))
-        if kind == lib.HA_REC_TIMINGS:
-            return Timings(*map(opt, _TIMING_WORDS))
-        if kind == lib.HA_REC_META:
-            return Meta(s(_S1), s(_S2))
+            return Citation(w[_INDEX], self._raw_bytes(w))
         if kind == lib.HA_REC_ERROR:
-            return ProviderError(s(_S1), s(_S2), raw())
-        if kind == lib.HA_REC_END:
-            return StreamEnd(_END_SENTINELS[w[_CODE]])
+            return ProviderError(_span(w, text, _S1), _span(w, text, _S2), self._raw_bytes(w))
         if kind == lib.HA_REC_WARNING:
-            return DecodeWarning(_WARNINGS[w[_CODE]], s(_S1), raw(),
+            return DecodeWarning(_WARNINGS[w[_CODE]], _span(w, text, _S1), self._raw_bytes(w),
                                  None if w[_SUB] < 0 else _JSON_STATUS[w[_SUB]],
-                                 opt(_INDEX))
+                                 _opt(w, _INDEX))
         if kind == lib.HA_REC_FRAMING_ERROR:
-            return FramingError(_FRAMING[w[_CODE]], w[_INDEX], s(_S1))
+            return FramingError(_FRAMING[w[_CODE]], w[_INDEX], _span(w, text, _S1))
         if kind == lib.HA_REC_TAIL:
             flags = w[_CODE]
             return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),
@@ -303,5 +314,17 @@ class StreamDecoder:
                              bool(flags & lib.HA_SSE_TAIL_INCOMPLETE_UTF8),
                              w[_INDEX])
         if kind == lib.HA_REC_UNKNOWN_FIELD:
-            return UnknownField(s(_S1), raw() or b"", w[_INDEX])
+            return UnknownField(_span(w, text, _S1), self._raw_bytes(w) or b"", w[_INDEX])
         raise AssertionError(f"stream core wrote an unknown record kind {kind}")
+
+    def _raw_bytes(self, w: tuple) -> bytes | None:
+        return None if w[_RAW] < 0 else bytes(self._raw[w[_RAW]:w[_RAW_END]])
+
+
+def _span(w: tuple, text: str, start: int) -> str | None:
+    """The string span of a record that begins at word start."""
+    return None if w[start] < 0 else text[w[start]:w[start + 1]]
+
+
+def _opt(w: tuple, word: int) -> int | None:
+    return None if w[word] < 0 else w[word]

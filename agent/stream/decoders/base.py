@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.stream.decoder import DEFAULT_BUFFER_SIZE, StreamDecoder
+from agent.stream._binding import lib
+from agent.stream.decoder import (DEFAULT_BUFFER_SIZE, PACKED_CODE_MASK, StreamDecoder,
+                                  packed_code)
 from agent.stream.records import (
     DecodeWarning,
     Protocol,
@@ -65,7 +67,8 @@ class ThinkingBuilder:
 
 DEFAULT_MAX_ARGUMENTS = 64 * 1024  # bytes of one call's arguments
 _PIECES = (TextDelta, ReasoningDelta)  # the deltas feed()'s short way continues
-_NO_PART = "no part continues"  # never the core's `single`
+_NO_PART = -1  # never a packed code
+_TEXT_SHIFT = lib.HA_PACKED_TEXT_SHIFT
 
 
 class CallBuilder:
@@ -183,20 +186,32 @@ class ProviderDecoder:
         self._closed = False
         self._after_end_warned = False
         self.dropped_events: dict[str, int] = {}  # reason -> events the core dropped
-        # feed()'s short way: the class and index of the delta that continues
-        # the part in progress, and where that part's pieces go
-        self._continuing: type | str = _NO_PART
+        # feed()'s short way: the packed code (decoder.packed_code) of the
+        # delta that continues the part in progress, its class and index,
+        # and where that part's pieces go
+        self._continuing = _NO_PART
+        self._continuing_class: type | None = None
         self._continuing_index = -1
         self._add_piece = None
+        self._core_feed = lib.ha_stream_feed_packed
+        self._core_st = self._core._st
+        self._core_text = self._core._text
 
     def feed(self, data: bytes) -> list:
-        events = self._core.feed(data)
-        # The usual read: one piece of the part the last read's delta went
-        # to, passed on as it came. What _handle would do with it, without
-        # its loop and a second list.
-        if self._core.single is self._continuing and events[0].index == self._continuing_index:
-            self._add_piece(events[0].text)
-            return events
+        if type(data) is not bytes or self._closed:
+            events = self._core.feed(data)  # made bytes, or refused after close
+        else:
+            # The usual read: one piece of the part the last read's delta
+            # went to, told by the core's packed return. Passed on as it
+            # came, the core's feed() and _handle's loop skipped: one C
+            # call, one str, one event.
+            n = ~self._core_feed(self._core_st, data, len(data))
+            if n >= 0 and n & PACKED_CODE_MASK == self._continuing:
+                text = self._core_text[0:n >> _TEXT_SHIFT].decode()  # UTF-8
+                self._add_piece(text)
+                return [self._continuing_class(self._continuing_index, text)]
+            # a packed return writes its one record too
+            events = self._core._unpacked(1 if n >= 0 else ~n, data)
         out: list = []
         self._handle(events, out)
         self._continuing = _NO_PART
@@ -204,7 +219,8 @@ class ProviderDecoder:
         if type(last) in _PIECES:
             builder = self._continued(last)
             if builder is not None:
-                self._continuing, self._continuing_index = type(last), last.index
+                self._continuing = packed_code(last)
+                self._continuing_class, self._continuing_index = type(last), last.index
                 self._add_piece = builder.pieces.append
         return out
 
