@@ -55,6 +55,8 @@ def test_the_microphone_plays_silence_until_its_cue_then_the_clip(tmp_path):
 
 @pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
                     reason="valgrind (callgrind) is not installed")
+@pytest.mark.not_emulated(reason="valgrind runs the host's binaries; the emulated python is "
+                                 "an aarch64 one under qemu")
 def test_the_callgrind_round_counts_every_listener(tmp_path):
     mock, url = vb.db.start_mock(sys.executable)
     try:

@@ -16,10 +16,12 @@ agent/devices/serial_protocol.py: this module only moves them.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
 import termios
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -63,6 +65,17 @@ def _template(tool: str, text: Any, properties: Mapping[str, Any]) -> templates.
 
 
 
+
+# A device node younger than this may not have its group and mode from udev yet.
+UDEV_GRACE = 3.0
+UDEV_POLL = 0.05
+
+
+def _appeared_lately(path: str) -> bool:
+    try:
+        return time.time() - os.stat(path).st_ctime < UDEV_GRACE
+    except OSError:
+        return False
 
 @dataclass(eq=False)
 class _Call:
@@ -137,8 +150,20 @@ class SerialDevice(Device):
     # ---- the connection ----
 
     def _open(self) -> serial.Serial:
-        # exclusive: two handlers (or daemons) on one port would mix their lines
-        port = serial.Serial(self.port, **self._open_args, exclusive=True)
+        """The port, open (in a worker thread). A node that has just appeared
+        (a USB adapter plugged in) is root's alone until udev gives it its
+        group: refused then, it is tried again for UDEV_GRACE, not reported."""
+        deadline = time.monotonic() + UDEV_GRACE
+        while True:
+            try:
+                # exclusive: two handlers (or daemons) on one port would mix their lines
+                port = serial.Serial(self.port, **self._open_args, exclusive=True)
+                break
+            except serial.SerialException as error:
+                if error.errno != errno.EACCES or time.monotonic() >= deadline \
+                        or not _appeared_lately(self.port):
+                    raise
+                time.sleep(UDEV_POLL)
         os.set_blocking(port.fileno(), False)
         return port
 
