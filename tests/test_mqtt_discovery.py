@@ -48,10 +48,10 @@ def test_topics_and_board_names():
     assert topics.ask == "homeagent/hall/ask"
     assert topics.of("attic", "announce") == "homeagent/attic/announce"
     assert topics.house_share == "$share/homeagent/homeagent/house/ask"
-    assert topics.subscriptions() == ["homeagent/hall/ask", "homeagent/hall/announce",
-                                      "homeagent/hall/stop",
-                                      "$share/homeagent/homeagent/house/ask",
-                                      "homeagent/+/availability", "homeagent/+/voice"]
+    assert topics.subscriptions() == [
+        ("homeagent/hall/ask", 2), ("homeagent/hall/announce", 2), ("homeagent/hall/stop", 2),
+        ("$share/homeagent/homeagent/house/ask", 2), ("homeagent/+/availability", 1),
+        ("homeagent/+/voice", 1), ("homeagent/house/claim", 0)]
     assert board_name("Pi-Kitchen.local") == "pi-kitchen-local"
     assert board_name("Büro 2") == "b-ro-2"
     assert board_name("...") == "homeagent"

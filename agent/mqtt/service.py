@@ -95,10 +95,7 @@ class MqttService:
         if speech:
             speech.watch_speech(self._state_changed)
         self._ids = itertools.count(1)
-        wanted = [(topic, 2) for topic in self.topics.commands()]
-        wanted.append((self.topics.every_availability, 1))
-        wanted.append((self.topics.every_voice, 1))
-        wanted.append((self.topics.house_claim, 0))
+        wanted = self.topics.subscriptions()
         if config.discovery:
             wanted.append((f"{config.discovery_prefix}/status", 1))
         self.session = Session(

@@ -74,8 +74,12 @@ class Topics:
         QoS 2 ask runs exactly once)."""
         return [self.ask, self.announce, self.stop, self.house_share]
 
-    def subscriptions(self) -> list[str]:
-        return [*self.commands(), self.every_availability, self.every_voice]
+    def subscriptions(self) -> list[tuple[str, int]]:
+        """(topic filter, QoS) of every board topic the board subscribes to:
+        the commands, every board's availability and voice state, the claims
+        (QoS 0: one that comes late is of no use)."""
+        return [*((topic, 2) for topic in self.commands()), (self.every_availability, 1),
+                (self.every_voice, 1), (self.house_claim, 0)]
 
     def board_of_availability(self, topic: str) -> str | None:
         """The board whose availability topic this is; None for any other
