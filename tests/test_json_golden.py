@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.stream import JSONError, loads, loads_flagged
+from agent.stream.jsonscan import built
 from agent.stream.records import JSONStatus
 from conftest import scaled
 from reference import FLAG_BAD_UTF8, FLAG_LONE_SURROGATE, RefJSONError, ref_loads
@@ -65,10 +66,15 @@ def same_outcome(a, b) -> bool:
 
 
 def agree(data: bytes, max_depth: int = 64):
-    """C and reference give the same outcome; returns it."""
+    """C and reference give the same outcome; returns it. Both of
+    loads_flagged's ways are held to it: the one it takes for this document
+    (most valid ones are built by Python's json after the scanner checked
+    them) and the one that builds every value from the scanner's."""
     c = outcome(loads_flagged, data, max_depth)
     r = outcome(ref_loads, data, max_depth)
     assert same_outcome(c, r), f"C {c!r} != reference {r!r} for {data[:200]!r}"
+    b = outcome(built, data, max_depth)
+    assert same_outcome(b, r), f"C, built {b!r} != reference {r!r} for {data[:200]!r}"
     return c
 
 

@@ -5,10 +5,19 @@ complete arguments. The rules are the scanner's: RFC 8259 exactly, a depth
 limit, invalid UTF-8 and lone surrogate escapes in strings replaced by U+FFFD
 and flagged, duplicate keys resolved to the last. Integers outside int64 are
 still exact Python ints; a float that overflows a double is a RANGE error.
+
+Most documents (a socket request, a tool call's arguments, a stored
+history) are valid UTF-8 with no lone surrogate and no number beyond what
+int() and a double take: those the scanner checks and the standard
+library's C decoder builds, which reads such a document exactly as the
+rules above do, in about a third of the time the value-by-value build
+takes. Everything else is built from the scanner's own values.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -44,16 +53,46 @@ def loads(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
     return loads_flagged(data, max_depth)[0]
 
 
+class _NotPlain(Exception):
+    """A float the standard decoder would make inf: the scanner's RANGE."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotPlain
+    return value
+
+
+_PLAIN = json.JSONDecoder(parse_float=_finite).decode
+
+
 def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     """Parse one document; also return its FLAG_* bits (replacements made)."""
     if not isinstance(data, bytes):
         data = bytes(data)
+    offset = ffi.new("size_t *")
+    flags = ffi.new("unsigned *")
+    status = lib.ha_json_parse(data, len(data), max_depth, ffi.NULL, offset, flags)
+    if status != lib.HA_JSON_OK:
+        return _raise(status, offset[0])
+    if not flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE):
+        try:
+            return _PLAIN(data.decode()), 0
+        except (_NotPlain, ValueError, RecursionError):
+            pass  # a float past a double, an int past int()'s digits, a deep nest
+    return built(data, max_depth)
+
+
+def built(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
+    """loads_flagged() with every value built from the scanner's own: the
+    way of the documents the standard decoder cannot read as the rules say."""
     n = len(data)
+    out = ffi.new("size_t[3]")  # values, text bytes, error offset
+    flags = ffi.new("unsigned *")
     # One C call writes every value (ha_json_flatten); a first guess at
     # their number, the exact one when it was short.
     values = min(n // 2 + 2, _GUESS_VALUES)
-    out = ffi.new("size_t[3]")  # values, text bytes, error offset
-    flags = ffi.new("unsigned *")
     text = _unzeroed("uint8_t[]", 3 * n + 1)
     while True:
         words = _unzeroed("int64_t[]", values * _FLAT)
