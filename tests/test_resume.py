@@ -326,6 +326,8 @@ def test_the_speech_device_says_every_sentence_once(house, fault):
     failover, = of_type(got, "failover")
     assert failover["failed"] == f"chat-{fault}" and failover["provider"] == f"claude-{fault}"
     assert 0 < failover["resumed_at"] < len(answer)
+    # the answer goes on and is kept: its failover says what broke, not that it was lost
+    assert "not kept" not in failover["message"], failover
     sentences = answer.replace(". ", ".\n").splitlines()
     assert spoken(directory, sentences) == sentences  # in order, each once
     assert [t["text"] for t in history["turns"] if t["role"] == "assistant"] == [answer]

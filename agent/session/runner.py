@@ -634,8 +634,8 @@ def _failure(provider: str, answer, earlier: list[Message], said: str) -> AskFai
         why = answer.interrupted or (answer.incomplete.detail if answer.incomplete
                                      else "the stream ended early")
         return AskFailed(replies.Error(
-            ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why}); "
-            "not kept in the history", text=text), Blame.FAILED)
+            ErrorCode.INTERRUPTED, f"{provider}: the answer was cut short ({why})", text=text),
+        Blame.FAILED)
     return None
 
 
