@@ -192,9 +192,23 @@ def _health_line(provider: dict[str, Any]) -> str:
     if latency.get("samples"):
         parts.append(f"first delta p50 {latency['p50'] * 1000:.0f} ms, "
                      f"p99 {latency['p99'] * 1000:.0f} ms ({latency['samples']} answers)")
+    tokens = provider.get("tokens") or {}
+    if any(tokens.values()):
+        parts.append(_tokens(tokens))
     line = "; ".join(parts)
     if provider.get("last_error"):
         line += f"\n  last error: {provider['last_error']}"
+    return line
+
+
+def _tokens(tokens: dict[str, int]) -> str:
+    """A provider's tokens since the daemon started or its config changed,
+    as it reported them: Anthropic counts the cached ones apart from
+    input_tokens, the others within it (docs/caching.md)."""
+    read, written = tokens.get("cache_read_tokens", 0), tokens.get("cache_write_tokens", 0)
+    line = f"tokens in {tokens.get('input_tokens', 0)}, out {tokens.get('output_tokens', 0)}"
+    if read or written:
+        line += f", cache read {read}, written {written}"
     return line
 
 

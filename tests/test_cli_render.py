@@ -377,3 +377,26 @@ def test_format_status_shows_each_providers_health():
         "provider back (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
     ]
     assert lines[12] == "  retrying: the next ask tries it"
+
+
+def test_format_status_shows_each_providers_tokens_and_cache():
+    none = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
+            "cache_write_tokens": 0}
+    providers = [
+        {**STATUS["providers"][1], "state": "healthy", "counts": {"answered": 8},
+         "tokens": {**none, "input_tokens": 2311, "output_tokens": 410,
+                    "cache_read_tokens": 7473, "cache_write_tokens": 946}},
+        {**STATUS["providers"][0], "state": "healthy", "counts": {"answered": 8},
+         "tokens": {**none, "input_tokens": 8517, "output_tokens": 402}},
+        {**STATUS["providers"][0], "name": "idle", "state": "healthy", "counts": {},
+         "tokens": none},
+    ]
+    lines = format_status({**STATUS, "providers": providers}).splitlines()
+    assert lines[3:9] == [
+        "provider cloud: anthropic claude-x at https://api.example.com",
+        "  healthy; answered 8; tokens in 2311, out 410, cache read 7473, written 946",
+        "provider local (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
+        "  healthy; answered 8; tokens in 8517, out 402",
+        "provider idle (default): openai-chat llama3.2 at http://127.0.0.1:11434/v1",
+        "  healthy",
+    ]
