@@ -146,6 +146,9 @@ def format_status(reply: dict[str, Any]) -> str:
         lines.append(f"device {device.get('name')}: {device.get('state')}")
     for server in reply.get("mcp") or []:
         lines.append(_mcp_line(server))
+    for hidden in reply.get("tools_shadowed") or []:
+        lines.append(f"tool {hidden.get('tool')} of {hidden.get('provider')} is not offered: "
+                     f"{hidden.get('by')} has one of that name")
     mqtt = reply.get("mqtt")
     if mqtt:
         link = "connected" if mqtt.get("connected") else \

@@ -379,6 +379,12 @@ def test_format_status_shows_each_providers_health():
     assert lines[12] == "  retrying: the next ask tries it"
 
 
+def test_format_status_names_a_tool_hidden_by_another_providers():
+    hidden = [{"tool": "calc_add", "provider": "mcp calc", "by": "device box"}]
+    lines = format_status({**STATUS, "tools_shadowed": hidden}).splitlines()
+    assert "tool calc_add of mcp calc is not offered: device box has one of that name" in lines
+
+
 def test_format_status_shows_each_providers_tokens_and_cache():
     none = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0,
             "cache_write_tokens": 0}

@@ -151,6 +151,9 @@ def test_two_servers_with_the_same_tool_are_both_reachable_prefixed(agent):
 
 def test_a_device_tool_is_never_shadowed_by_a_server_tool(agent):
     assert ask(agent, "a-echo")["content"] == "the device's echo"
+    # status names the server's tool that is hidden, and whose is offered
+    assert {"tool": "alpha_echo", "provider": "mcp alpha",
+            "by": "device box"} in status(agent)["tools_shadowed"]
 
 
 def test_media_are_summarized_and_long_text_trimmed(agent):

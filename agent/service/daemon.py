@@ -344,7 +344,8 @@ class _Daemon:
                 "mqtt": self.mqtt.status() if self.mqtt is not None else None,
                 "voice": self.voice.status() if self.voice is not None else None,
                 "timers": self.timers.status() if self.timers is not None else None,
-                "tools": [tool.name for tool in self.toolbox.tools()]}
+                "tools": [tool.name for tool in self.toolbox.tools()],
+                "tools_shadowed": self.toolbox.shadowed()}
 
     async def handle_signals(self, signals, nursery: trio.Nursery) -> None:
         # The loop keeps reading while the drain runs: a signal left unread

@@ -7,7 +7,8 @@ whether it can take a call now, and runs one. The toolbox, which the runner
 is given, holds the providers in the order the daemon added them:
 - tools(): the tools of every provider that can take calls now, for the
   next model request; a name offered by an earlier provider is never
-  shadowed by a later one.
+  shadowed by a later one. shadowed() names the tools hidden so, for
+  status: an MCP server's tool that a device's hides is never called.
 - call(): one tool call of the model, to an outcome, never an exception:
   a call whose arguments were damaged on the way, an unknown tool, arguments
   that do not match the tool's schema, a provider that is down, a timeout,
@@ -112,6 +113,20 @@ class Toolbox:
             for spec in provider.offered():
                 entries.setdefault(spec.name, (provider, spec))
         return entries
+
+    def shadowed(self) -> list[dict[str, str]]:
+        """The tools no model is offered because an earlier provider has one
+        of the same name: the tool, its provider, and the provider whose
+        tool is offered instead."""
+        owners: dict[str, ToolProvider] = {}
+        hidden = []
+        for provider in self._providers:
+            for spec in provider.offered():
+                owner = owners.setdefault(spec.name, provider)
+                if owner is not provider:
+                    hidden.append({"tool": spec.name, "provider": provider.name,
+                                   "by": owner.name})
+        return hidden
 
     def tools(self) -> list[Tool]:
         """The tools of the providers that can take calls now, for the next request."""
