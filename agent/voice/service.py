@@ -9,6 +9,9 @@ One loop, one state at a time, in `status` as `voice`:
   barge_in, the detector hears on but a model must reach
   barge_in_threshold (above its own cutoff); without, it is fed nothing
   and reset after.
+- (wake_sound) the wake word won: the sound is played on this board's
+  speech devices (Center.play) and heard out, its echo dropped, before
+  listening; a follow-up has none.
 - listening: from the wake word on, every frame streams to the Wyoming ASR
   server as it comes, while the VAD's endpointer (endpoint.py) decides
   when the utterance ended. Nothing heard in time: back to idle. The
@@ -211,6 +214,7 @@ class VoiceService:
         self.counts["lost_to_another_board"] += 1
         log.info("voice: %s is answered by another board", wake.name)
         return False
+
     async def _wake_sound(self, sound: replies.Sound) -> None:
         """The wake sound on the speech devices, heard out before listening:
         until they are quiet and speech_tail after (its echo), the
