@@ -193,7 +193,13 @@ class Runner:
         try:
             await self._ask(prompt, session, provider_name, emit, stop)
         except AskFailed as failure:
-            await emit(failure.reply)
+            reply = failure.reply
+            if reply.code is ErrorCode.INTERRUPTED:
+                # The ask's last word on a cut answer (a failover's message, whose
+                # answer goes on and is kept, has no such ending).
+                reply = dataclasses.replace(reply,
+                                            message=f"{reply.message}; not kept in the history")
+            await emit(reply)
         finally:
             stop.closed.set()
 
