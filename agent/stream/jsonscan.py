@@ -64,7 +64,12 @@ def _finite(text: str) -> float:
     return value
 
 
-_PLAIN = json.JSONDecoder(parse_float=_finite).decode
+# The standard decoder's C scanner itself, called at the value's first byte:
+# decode() would find the value's bounds again with two regular expressions,
+# where ha_json_parse has already checked that the document is one value
+# between whitespace.
+_SCAN = json.JSONDecoder(parse_float=_finite).scan_once
+_WS = " \t\n\r"  # JSON's whitespace, around a document
 
 
 def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
@@ -77,8 +82,9 @@ def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     if status != lib.HA_JSON_OK:
         return _raise(status, offset[0])
     if not flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE):
+        text = data.decode()
         try:
-            return _PLAIN(data.decode()), 0
+            return _SCAN(text, len(text) - len(text.lstrip(_WS)))[0], 0
         except (_NotPlain, ValueError, RecursionError):
             pass  # a float past a double, an int past int()'s digits, a deep nest
     return built(data, max_depth)
