@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.stream import loads
 from agent.stream.decoders import OllamaDecoder
 from agent.stream.decoders.events import (
     MessageFinished,
@@ -382,3 +383,42 @@ def test_wrong_shapes_warn_by_path():
     assert [(c.name, c.arguments, c.parsed, c.error) for c in dec.message.tool_calls] == [
         ("f", "", None, ArgumentsError.NOT_AN_OBJECT)]
     assert client_fails(body) is not None
+
+
+def typed(value):
+    """A value with every leaf's type beside it: 1, 1.0, True and -0.0 apart."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value.hex() if isinstance(value, float) else value)
+
+
+@pytest.mark.parametrize("arguments, parsed", [
+    # the core read the line strictly: the arguments are built without a
+    # second check, and give what the strict scanner gives
+    (b'{"f":1.5,"z":-0.0,"i":-0,"t":true,"l":[null,{}],"s":"\xc3\xa9"}',
+     {"f": 1.5, "z": -0.0, "i": 0, "t": True, "l": [None, {}], "s": "\u00e9"}),
+    (b'{"x":"\\u003cb\\u003e \\u0026"}', {"x": "<b> &"}),  # Go's escapes
+    (b'{"a":"\\ud800!"}', {"a": "\ufffd!"}),  # a lone surrogate: replaced, as loads() does
+    (b'{"n":' + b"7" * 5000 + b"}", {"n": (10 ** 5000 - 1) // 9 * 7}),  # past int()'s digits
+])
+def test_call_arguments_built_as_the_strict_scanner_reads_them(arguments, parsed):
+    body = (b'{"model":"m","message":{"role":"assistant","content":"","tool_calls":'
+            b'[{"function":{"name":"f","arguments":' + arguments + b'}}]},"done":false}\n'
+            + done())
+    dec, _ = decode(body)
+    [call] = dec.message.tool_calls
+    assert call.complete and call.error is None, call
+    assert call.arguments == arguments.decode()
+    assert typed(call.parsed) == typed(parsed) == typed(loads(arguments))
+
+
+def test_call_arguments_with_a_number_past_a_double_are_an_error():
+    body = (b'{"model":"m","message":{"role":"assistant","content":"","tool_calls":'
+            b'[{"function":{"name":"f","arguments":{"n":1e400}}}]},"done":false}\n' + done())
+    dec, _ = decode(body)
+    [call] = dec.message.tool_calls
+    # whole, but not what a tool can be given: an error result, never a call
+    assert call.parsed is None
+    assert call.error is ArgumentsError.INVALID_JSON and "range" in call.error_detail, call

@@ -64,11 +64,15 @@ def _finite(text: str) -> float:
     return value
 
 
+def _no_constant(name: str):
+    raise _NotPlain  # NaN, Infinity: never JSON, whatever loads_checked is given
+
+
 # The standard decoder's C scanner itself, called at the value's first byte:
 # decode() would find the value's bounds again with two regular expressions,
-# where ha_json_parse has already checked that the document is one value
+# where the C scanner has already checked that the document is one value
 # between whitespace.
-_SCAN = json.JSONDecoder(parse_float=_finite).scan_once
+_SCAN = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant).scan_once
 _WS = " \t\n\r"  # JSON's whitespace, around a document
 
 
@@ -88,6 +92,20 @@ def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
         except (_NotPlain, ValueError, RecursionError):
             pass  # a float past a double, an int past int()'s digits, a deep nest
     return built(data, max_depth)
+
+
+def loads_checked(text: str) -> Any:
+    """loads() of a document the C scanner has already accepted as part of
+    a larger one (an Ollama call's arguments, copied from a line the stream
+    core parsed strictly), without checking it again: the standard decoder's
+    scanner builds it. A \\u escape (a lone surrogate is the scanner's to
+    replace) or a number past a double or int() takes loads() instead."""
+    if "\\u" not in text:
+        try:
+            return _SCAN(text, len(text) - len(text.lstrip(_WS)))[0]
+        except (_NotPlain, ValueError, RecursionError):
+            pass
+    return loads(text.encode())
 
 
 def built(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.stream.jsonscan import JSONError, loads
+from agent.stream.jsonscan import JSONError, loads, loads_checked
 from agent.stream.records import Usage
 
 
@@ -136,15 +136,17 @@ def _usage_tuple(u: Usage) -> tuple:
             u.cache_write_tokens, u.reasoning_tokens)
 
 
-def parse_arguments(call: ToolCall) -> None:
-    """Parse a complete call's argument string once, with the strict scanner.
+def parse_arguments(call: ToolCall, checked: bool = False) -> None:
+    """Parse a complete call's argument string once, with the strict scanner,
+    or without it when the stream core has already checked it (checked).
     Empty arguments mean no arguments: {} (Anthropic's input_json may send
     nothing at all for a tool without parameters)."""
     if not call.arguments.strip():
         call.parsed = {}
         return
     try:
-        value: Any = loads(call.arguments.encode("utf-8"))
+        value: Any = (loads_checked(call.arguments) if checked
+                      else loads(call.arguments.encode("utf-8")))
     except JSONError as exc:
         call.error, call.error_detail = ArgumentsError.INVALID_JSON, str(exc)
         return

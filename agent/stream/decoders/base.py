@@ -113,9 +113,11 @@ class CallBuilder:
         if self.done is None and self.lost is None:
             self.lost = (error, detail)
 
-    def finish(self, arguments: str | None = None, truncated: bool = False) -> ToolCall:
-        """Complete the call once: parse its arguments, or mark it cut off,
-        too large or damaged (its arguments then empty)."""
+    def finish(self, arguments: str | None = None, truncated: bool = False,
+               checked: bool = False) -> ToolCall:
+        """Complete the call once: parse its arguments (checked: the core has
+        already read them as strict JSON), or mark it cut off, too large or
+        damaged (its arguments then empty)."""
         if self.done is None:
             if arguments is None and not self.size:
                 if self.initial_lost is not None:
@@ -142,7 +144,7 @@ class CallBuilder:
                 call.error_detail = "the stream ended before the call's arguments did"
             else:
                 call.complete = True
-                parse_arguments(call)
+                parse_arguments(call, checked)
             self.done = call
         return self.done
 

@@ -3,7 +3,9 @@
 Each line carries a piece of one message: `message.thinking` (reasoning),
 `message.content` (text) and `message.tool_calls`. A tool call arrives whole
 in one line, its arguments a JSON object: the call is opened, given the
-object's bytes exactly as sent as its argument string, and done at once.
+object's bytes exactly as sent as its argument string, and done at once,
+its arguments built without a second check (the core read the line
+strictly; jsonscan.loads_checked).
 Ollama sends no call ids; a call without one gets `call_ha_0_<position>`,
 its position among the message's calls, the scheme of the OpenAI Chat
 decoder, so the id is the same however the body was split and a result can
@@ -92,11 +94,12 @@ class OllamaDecoder(ProviderDecoder):
             elif kind is rec.ToolCallStart:
                 self._start(e.call_id, e.name, out)
             elif kind is rec.ToolArgsDelta:
-                # the core writes a call's arguments right after its head
+                # the core writes a call's arguments right after its head,
+                # an object from the line it has just parsed strictly
                 call = self._open if self._open is not None else self._start(None, None, out)
                 call.add(e.text)
                 append(ev.ToolCallDelta(call.call, e.text))
-                self._done(call, out)
+                self._done(call, out, checked=True)
                 self._open = None
             elif kind is rec.Finish:
                 self._finish(e.reason, out)
