@@ -232,6 +232,31 @@ async def test_a_chat_answer_goes_on_on_an_anthropic_fallback(tmp_path, mock, fa
 
 
 @pytest.mark.trio
+@pytest.mark.parametrize("last", ["chat", "anthropic"])
+@pytest.mark.parametrize("second", ["drop", "500", "stall-start"])
+async def test_a_continuation_that_fails_before_it_says_more_is_taken_on(tmp_path, mock,
+                                                                         second, last):
+    # q's continuation breaks before any new character (its repeat of the
+    # cut sentence is all removed), answers 500, or sends nothing: r goes on
+    # from the same character, with a splice of its own.
+    asker = Asker(tmp_path, {
+        "p": upstream("p", mock.url, PROTOCOLS["chat"], "drop", ("q", "r"), resume="fallback"),
+        "q": upstream("q", mock.url, PROTOCOLS["chat"], second, resume="fallback"),
+        "r": upstream("r", mock.url, PROTOCOLS[last])}, "p")
+    async with asker.client:
+        got = await asker.ask()
+    first, then = of_kind(got, replies.Failover)
+    assert (first.failed, first.provider, then.failed, then.provider) == ("p", "q", "q", "r")
+    before = "".join(r.text for r in got[:got.index(first)] if type(r) is replies.Delta)
+    assert before and first.resumed_at == then.resumed_at == len(before), got
+    assert "".join(r.text for r in of_kind(got, replies.Delta)) == ENGLISH
+    done = got[-1]
+    assert type(done) is replies.Done and done.text == ENGLISH and done.kept, got
+    turns = asker.store.load("s-resume")
+    assert [turn.message.text for turn in turns[1:]] == [ENGLISH]
+
+
+@pytest.mark.trio
 async def test_resumes_are_bounded_and_end_with_the_error(tmp_path, mock):
     asker, got = await ask_alone(tmp_path, mock, "anthropic", "drop", "same")
     assert [type(r).__name__ for r in got if type(r) is not replies.Delta] == \

@@ -281,14 +281,20 @@ class Runner:
         return await self._hand_on(chain, index, following, failure, emit, None)
 
     def _resume_target(self, chain: list[Upstream], index: int, failure: AskFailed,
-                       allowed: bool) -> int | None:
+                       allowed: bool, resuming: bool) -> int | None:
         """Where an answer whose stream broke mid-answer goes on, by its
-        provider's resume mode, or None: it ends with its error."""
+        provider's resume mode, or None: it ends with its error. A
+        continuation (resuming) may also have failed before it streamed:
+        refused, an HTTP error, nothing said before the break."""
         mode = chain[index].provider.resume
-        if not allowed or mode == "off" or failure.blame is not Blame.FAILED \
-                or failure.partial is None:
+        if not allowed or mode == "off" or failure.blame is Blame.NONE \
+                or (failure.partial is None and not resuming):
             return None
-        following = self._next_admitted(chain, index) if mode == "fallback" else None
+        refused = failure.blame is Blame.KEY_REFUSED  # disabled: never itself again
+        following = self._next_admitted(chain, index) if mode == "fallback" or refused \
+            else None
+        if following is None and refused:
+            return None
         return index if following is None else following  # none healthy: itself again
 
     async def _hand_on(self, chain: list[Upstream], index: int, following: int,
@@ -349,25 +355,29 @@ class Runner:
                             else resumed_message(broken, "".join(said), answer.message)
                         break
                     except AskFailed as failure:
-                        if not failure.delivered:
+                        if not failure.delivered and not broken:
                             index, upstream = await self._fail_over(chain, index, failure,
                                                                     step, emit)
                             continue
+                        # Mid-answer: the stream broke after text went out, or a
+                        # continuation failed before it said anything new.
                         following = self._resume_target(chain, index, failure,
-                                                        resumes < limits.resumes)
+                                                        resumes < limits.resumes, bool(broken))
                         if following is None:
                             raise
                         resumes += 1
                         partial = failure.partial
-                        attempts += partial.attempts
-                        text_bytes += partial.text_bytes
-                        broken.append(partial.message)
+                        if partial is not None:
+                            attempts += partial.attempts
+                            text_bytes += partial.text_bytes
+                            broken.append(partial.message)
                         delivered = "".join(said)
                         index, upstream = await self._hand_on(
                             chain, index, following, failure, emit,
                             sum(len(m.text) for m in messages) + len(delivered))
-                        done_calls = [call for call in partial.message.tool_calls
-                                      if id(call) in failure.outcomes]
+                        done_calls = [] if partial is None else [
+                            call for call in partial.message.tool_calls
+                            if id(call) in failure.outcomes]
                         if done_calls:
                             # Its complete calls ran: the step ends with them, and the
                             # next request, with their results, goes on from there.
