@@ -29,8 +29,9 @@ pytestmark = [needs_voice, needs_espeak,
                                  reason="the wyoming package is a test dependency")]
 
 # Measured under qemu-aarch64 (toolchain/arm64.sh, bench/README.md): the
-# emulated daemon takes 0.17 s of CPU per second of audio waiting for its
-# wake word and about 0.47 s listening (pymicro-vad alone 0.30 s, 25x the
+# emulated daemon takes 0.08 s of CPU per second of audio waiting for its
+# wake word (0.17 s before the door read in blocks) and about 0.47 s
+# listening (measured before that; pymicro-vad alone 0.30 s, 25x the
 # host), beside the emulated microphone, peers and the test's polling, all
 # in real time. On the 2-core CI machine, shared with the host suite, the
 # VM and the other emulated worker, a process gets about half a core: a
@@ -38,9 +39,9 @@ pytestmark = [needs_voice, needs_espeak,
 # audio dropped in one test), and 4 of the tests marked so failed in two
 # loaded runs (2 each). Hearing nothing holds, and runs emulated.
 REAL_TIME = pytest.mark.not_emulated(
-    reason="a microphone in real time: emulated, the door takes 0.17 s of CPU per second "
-           "of audio idle and 0.47 s listening, about a loaded 2-core machine's share of "
-           "half a core; it drops frames and misses its cues by chance")
+    reason="a microphone in real time: emulated, the door takes 0.08 s of CPU per second "
+           "of audio idle and about 0.47 s listening, near a loaded 2-core machine's share "
+           "of half a core; it drops frames and misses its cues by chance")
 
 QUESTION = "what is the temperature in the living room"
 FOLLOW = "why is the heating on"
