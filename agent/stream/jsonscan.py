@@ -74,6 +74,17 @@ def _no_constant(name: str):
 # between whitespace.
 _SCAN = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant).scan_once
 _WS = " \t\n\r"  # JSON's whitespace, around a document
+_UNREAD = object()
+
+
+def _standard(text: str) -> Any:
+    """The standard scanner's value of a document that is already known to
+    be JSON, or _UNREAD when it cannot read it as the rules say: a float
+    past a double, an int past int()'s digits, a deep nest."""
+    try:
+        return _SCAN(text, len(text) - len(text.lstrip(_WS)))[0]
+    except (_NotPlain, ValueError, RecursionError):
+        return _UNREAD
 
 
 def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
@@ -86,11 +97,9 @@ def loads_flagged(data: bytes, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     if status != lib.HA_JSON_OK:
         return _raise(status, offset[0])
     if not flags[0] & (FLAG_BAD_UTF8 | FLAG_LONE_SURROGATE):
-        text = data.decode()
-        try:
-            return _SCAN(text, len(text) - len(text.lstrip(_WS)))[0], 0
-        except (_NotPlain, ValueError, RecursionError):
-            pass  # a float past a double, an int past int()'s digits, a deep nest
+        value = _standard(data.decode())
+        if value is not _UNREAD:
+            return value, 0
     return built(data, max_depth)
 
 
@@ -101,10 +110,9 @@ def loads_checked(text: str) -> Any:
     scanner builds it. A \\u escape (a lone surrogate is the scanner's to
     replace) or a number past a double or int() takes loads() instead."""
     if "\\u" not in text:
-        try:
-            return _SCAN(text, len(text) - len(text.lstrip(_WS)))[0]
-        except (_NotPlain, ValueError, RecursionError):
-            pass
+        value = _standard(text)
+        if value is not _UNREAD:
+            return value
     return loads(text.encode())
 
 
