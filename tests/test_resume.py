@@ -233,15 +233,17 @@ async def test_a_chat_answer_goes_on_on_an_anthropic_fallback(tmp_path, mock, fa
 
 @pytest.mark.trio
 @pytest.mark.parametrize("last", ["chat", "anthropic"])
-@pytest.mark.parametrize("second", ["drop", "500", "stall-start"])
+@pytest.mark.parametrize("second, mode", [("drop", "fallback"), ("500", "fallback"),
+                                          ("stall-start", "fallback"), ("401", "same")])
 async def test_a_continuation_that_fails_before_it_says_more_is_taken_on(tmp_path, mock,
-                                                                         second, last):
+                                                                         second, mode, last):
     # q's continuation breaks before any new character (its repeat of the
     # cut sentence is all removed), answers 500, or sends nothing: r goes on
-    # from the same character, with a splice of its own.
+    # from the same character, with a splice of its own. A refused key
+    # (401) goes on to r even where q's mode is "same": never q again.
     asker = Asker(tmp_path, {
         "p": upstream("p", mock.url, PROTOCOLS["chat"], "drop", ("q", "r"), resume="fallback"),
-        "q": upstream("q", mock.url, PROTOCOLS["chat"], second, resume="fallback"),
+        "q": upstream("q", mock.url, PROTOCOLS["chat"], second, resume=mode),
         "r": upstream("r", mock.url, PROTOCOLS[last])}, "p")
     async with asker.client:
         got = await asker.ask()
