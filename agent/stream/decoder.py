@@ -9,6 +9,7 @@ record's strings are slices of it (a whole-string slice is the str itself).
 
 from __future__ import annotations
 
+import operator
 import struct
 
 from agent.stream._binding import ffi, lib
@@ -265,60 +266,7 @@ class StreamDecoder:
                 append(SSEEvent(text[w[_S1]:w[_S1_END]], bytes(self._raw[w[_RAW]:w[_RAW_END]]),
                                 text[w[_S2]:w[_S2_END]] if w[_CODE] else None))
             else:
-                append(self._rare(kind, w, text))
-
-    def _rare(self, kind: int, w: tuple, text: str):
-        # module constants and helpers, no closures made per record: the
-        # end of every answer (finish, usage, timings, end) comes this way
-        if kind == _FINISH_REC:
-            return Finish(_opt(w, _INDEX), _FINISH[w[_SUB]], _span(w, text, _S1),
-                          _span(w, text, _S2))
-        if kind == _USAGE_REC:
-            return Usage(*[_opt(w, word) for word in _USAGE_WORDS])
-        if kind == _TIMINGS_REC:
-            return Timings(*[_opt(w, word) for word in _TIMING_WORDS])
-        if kind == _END_REC:
-            return StreamEnd(_END_SENTINELS[w[_CODE]])
-        if kind == _META_REC:
-            return Meta(_span(w, text, _S1), _span(w, text, _S2))
-        if kind == _TOOL_START_REC:
-            return ToolCallStart(w[_INDEX], _opt(w, _SUB), _span(w, text, _S1),
-                                 _span(w, text, _S2), _span(w, text, _S3))
-        if kind == lib.HA_REC_REFUSAL:
-            return RefusalDelta(w[_INDEX], _span(w, text, _S1), _opt(w, _SUB),
-                                _span(w, text, _S2))
-        if kind == lib.HA_REC_SIGNATURE:
-            return SignatureDelta(w[_INDEX], _span(w, text, _S1))
-        if kind == lib.HA_REC_BLOCK_START:
-            unknown = w[_CODE] == 1
-            return BlockStart(w[_INDEX], _ITEM_KINDS[w[_SUB]], _span(w, text, _S1),
-                              _span(w, text, _S2), None if unknown else _span(w, text, _S3),
-                              _span(w, text, _S3) if unknown else None, self._raw_bytes(w))
-        if kind == lib.HA_REC_BLOCK_STOP:
-            return BlockStop(w[_INDEX], _ITEM_KINDS.get(w[_SUB]), _span(w, text, _S1),
-                             _span(w, text, _S2), _span(w, text, _S3), self._raw_bytes(w))
-        if kind == lib.HA_REC_CITATION:
-            return Citation(w[_INDEX], self._raw_bytes(w))
-        if kind == lib.HA_REC_ERROR:
-            return ProviderError(_span(w, text, _S1), _span(w, text, _S2), self._raw_bytes(w))
-        if kind == lib.HA_REC_WARNING:
-            return DecodeWarning(_WARNINGS[w[_CODE]], _span(w, text, _S1), self._raw_bytes(w),
-                                 None if w[_SUB] < 0 else _JSON_STATUS[w[_SUB]],
-                                 _opt(w, _INDEX))
-        if kind == lib.HA_REC_FRAMING_ERROR:
-            return FramingError(_FRAMING[w[_CODE]], w[_INDEX], _span(w, text, _S1))
-        if kind == lib.HA_REC_TAIL:
-            flags = w[_CODE]
-            return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),
-                             bool(flags & lib.HA_SSE_TAIL_PARTIAL_LINE),
-                             bool(flags & lib.HA_SSE_TAIL_INCOMPLETE_UTF8),
-                             w[_INDEX])
-        if kind == lib.HA_REC_UNKNOWN_FIELD:
-            return UnknownField(_span(w, text, _S1), self._raw_bytes(w) or b"", w[_INDEX])
-        raise AssertionError(f"stream core wrote an unknown record kind {kind}")
-
-    def _raw_bytes(self, w: tuple) -> bytes | None:
-        return None if w[_RAW] < 0 else bytes(self._raw[w[_RAW]:w[_RAW_END]])
+                append(_RARE.get(kind, _unknown)(w, text, self._raw))
 
 
 def _span(w: tuple, text: str, start: int) -> str | None:
@@ -328,3 +276,89 @@ def _span(w: tuple, text: str, start: int) -> str | None:
 
 def _opt(w: tuple, word: int) -> int | None:
     return None if w[word] < 0 else w[word]
+
+
+def _raw_bytes(w: tuple, raw: memoryview) -> bytes | None:
+    return None if w[_RAW] < 0 else bytes(raw[w[_RAW]:w[_RAW_END]])
+
+
+# The records other than the common deltas, one builder each, found by
+# kind in one dict lookup. Those that end every answer (finish, usage,
+# timings, end) and a tool call's head test their optional words inline:
+# a helper call per word cost more than the object it fills.
+_usage_words = operator.itemgetter(*_USAGE_WORDS)
+_timing_words = operator.itemgetter(*_TIMING_WORDS)
+
+
+def _finish(w, text, raw):
+    index, s1, s2 = w[_INDEX], w[_S1], w[_S2]
+    return Finish(None if index < 0 else index, _FINISH[w[_SUB]],
+                  None if s1 < 0 else text[s1:w[_S1_END]],
+                  None if s2 < 0 else text[s2:w[_S2_END]])
+
+
+def _usage(w, text, raw):
+    i, o, t, cr, cw, r = _usage_words(w)
+    return Usage(None if i < 0 else i, None if o < 0 else o, None if t < 0 else t,
+                 None if cr < 0 else cr, None if cw < 0 else cw, None if r < 0 else r)
+
+
+def _timings(w, text, raw):
+    total, load, prompt, ev = _timing_words(w)
+    return Timings(None if total < 0 else total, None if load < 0 else load,
+                   None if prompt < 0 else prompt, None if ev < 0 else ev)
+
+
+def _tool_start(w, text, raw):
+    sub, s1, s2, s3 = w[_SUB], w[_S1], w[_S2], w[_S3]
+    return ToolCallStart(w[_INDEX], None if sub < 0 else sub,
+                         None if s1 < 0 else text[s1:w[_S1_END]],
+                         None if s2 < 0 else text[s2:w[_S2_END]],
+                         None if s3 < 0 else text[s3:w[_S3_END]])
+
+
+def _block_start(w, text, raw):
+    unknown = w[_CODE] == 1
+    return BlockStart(w[_INDEX], _ITEM_KINDS[w[_SUB]], _span(w, text, _S1),
+                      _span(w, text, _S2), None if unknown else _span(w, text, _S3),
+                      _span(w, text, _S3) if unknown else None, _raw_bytes(w, raw))
+
+
+def _tail(w, text, raw):
+    flags = w[_CODE]
+    return Truncated(bool(flags & lib.HA_SSE_TAIL_UNTERMINATED_EVENT),
+                     bool(flags & lib.HA_SSE_TAIL_PARTIAL_LINE),
+                     bool(flags & lib.HA_SSE_TAIL_INCOMPLETE_UTF8),
+                     w[_INDEX])
+
+
+def _unknown(w, text, raw):
+    raise AssertionError(f"stream core wrote an unknown record kind {w[_KIND]}")
+
+
+_RARE = {
+    _FINISH_REC: _finish,
+    _USAGE_REC: _usage,
+    _TIMINGS_REC: _timings,
+    _END_REC: lambda w, text, raw: StreamEnd(_END_SENTINELS[w[_CODE]]),
+    _META_REC: lambda w, text, raw: Meta(_span(w, text, _S1), _span(w, text, _S2)),
+    _TOOL_START_REC: _tool_start,
+    lib.HA_REC_REFUSAL: lambda w, text, raw: RefusalDelta(
+        w[_INDEX], _span(w, text, _S1), _opt(w, _SUB), _span(w, text, _S2)),
+    lib.HA_REC_SIGNATURE: lambda w, text, raw: SignatureDelta(w[_INDEX], _span(w, text, _S1)),
+    lib.HA_REC_BLOCK_START: _block_start,
+    lib.HA_REC_BLOCK_STOP: lambda w, text, raw: BlockStop(
+        w[_INDEX], _ITEM_KINDS.get(w[_SUB]), _span(w, text, _S1), _span(w, text, _S2),
+        _span(w, text, _S3), _raw_bytes(w, raw)),
+    lib.HA_REC_CITATION: lambda w, text, raw: Citation(w[_INDEX], _raw_bytes(w, raw)),
+    lib.HA_REC_ERROR: lambda w, text, raw: ProviderError(
+        _span(w, text, _S1), _span(w, text, _S2), _raw_bytes(w, raw)),
+    lib.HA_REC_WARNING: lambda w, text, raw: DecodeWarning(
+        _WARNINGS[w[_CODE]], _span(w, text, _S1), _raw_bytes(w, raw),
+        None if w[_SUB] < 0 else _JSON_STATUS[w[_SUB]], _opt(w, _INDEX)),
+    lib.HA_REC_FRAMING_ERROR: lambda w, text, raw: FramingError(
+        _FRAMING[w[_CODE]], w[_INDEX], _span(w, text, _S1)),
+    lib.HA_REC_TAIL: _tail,
+    lib.HA_REC_UNKNOWN_FIELD: lambda w, text, raw: UnknownField(
+        _span(w, text, _S1), _raw_bytes(w, raw) or b"", w[_INDEX]),
+}
