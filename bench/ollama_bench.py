@@ -26,6 +26,11 @@ calls with their argument bytes, done_reason, counts):
            event object per read could show against msgspec, whatever its C
            code cost; it is timed in the same rounds and checked against
            nothing
+  core_call, msgspec_decode
+           diagnostics of the same kind: ours' C call alone per read, and
+           msgspec's decode alone per line. Each approach less its parse
+           is what its Python costs beside that parse, to hold against the
+           floor's cost alone
 
 Before any timing, all three are checked to give the same answer in both
 regimes; a mismatch stops the run. The method is bench/decoder_bench.py's
@@ -273,7 +278,24 @@ def _floor_run(dec: StreamDecoder, reads: list[bytes]) -> list:
     return out
 
 
-DIAGNOSTICS = ("floor",)  # timed with the others (one line per read), checked against nothing
+def _core_call_run(dec: StreamDecoder, reads: list[bytes]) -> None:
+    """Diagnostic: ours' C call alone, one ha_stream_feed_packed per read,
+    its records and text left in the areas; no Python object made."""
+    feed, st = lib.ha_stream_feed_packed, dec._st
+    for r in reads:
+        feed(st, r, len(r))
+
+
+def _msgspec_decode_run(_, reads: list[bytes]) -> None:
+    """Diagnostic: msgspec's decode alone of each read, which is one line
+    in regime (B); no splitting, no event."""
+    decode = _DECODE_LINE
+    for r in reads:
+        decode(r)
+
+
+# timed with the others (one line per read), checked against nothing
+DIAGNOSTICS = ("floor", "core_call", "msgspec_decode")
 
 
 def runners(diagnostics: bool = False) -> dict:
@@ -284,6 +306,9 @@ def runners(diagnostics: bool = False) -> dict:
         out["msgspec"] = (_msgspec_prepare, _msgspec_run)
     if diagnostics:
         out["floor"] = (_floor_prepare, _floor_run)
+        out["core_call"] = (_floor_prepare, _core_call_run)
+        if msgspec is not None:
+            out["msgspec_decode"] = (_msgspec_prepare, _msgspec_decode_run)
     return out
 
 
@@ -405,6 +430,11 @@ def report(res: dict, out) -> None:
             p(f"{'':<14}  floor{f['median']:>14,.0f}{f['iqr_pct']:>6.0f}%   msgspec/floor "
               f"{m['median'] / f['median']:.2f}x, paired {paired:.2f}x: the most a "
               f"decoder of one cffi call and one event per read could show")
+        if {"core_call", "msgspec_decode", "floor"} <= r.keys():
+            c, d, f = (r[k]["median"] for k in ("core_call", "msgspec_decode", "floor"))
+            p(f"{'':<14}  core_call{c:>10,.0f}   msgspec_decode {d:,.0f}: each parse alone; "
+              f"ours less its C call {r['ours']['median'] - c:,.0f} against the floor "
+              f"{f:,.0f}, msgspec less its decode {r['msgspec']['median'] - d:,.0f}")
     p(f"total bench time {res['elapsed_s']:.1f} s")
 
 
