@@ -33,6 +33,7 @@ from agent.devices.serial_protocol import (
     Start,
     Stop,
     Text,
+    Timer,
     encode,
     escape,
     format_line,
@@ -132,6 +133,9 @@ LINES = [  # the daemon's, then the device's
     (Error("interrupted", ""), "ERROR interrupted "),
     (Call("1", "RELAY 2 true"), "CALL 1 RELAY 2 true"), (Call("3", ""), "CALL 3 "),
     (Call("12", "SAY a\nb"), "CALL 12 SAY a\\nb"),
+    (Timer("ringing", "t3", "timer", "tea"), "TIMER ringing t3 timer tea"),
+    (Timer("quiet", "t12", "reminder", "bins out\n\x1b[2J"),
+     "TIMER quiet t12 reminder bins out\\n\\x1b[2J"),
     (Prompt("Is the heating on?"), "PROMPT Is the heating on?"),
     (Prompt("two\nlines"), "PROMPT two\\nlines"),
     (Ok("1", "relay 2 is on"), "OK 1 relay 2 is on"), (Ok("7", ""), "OK 7 "),
@@ -273,7 +277,8 @@ PROMPT_TEXT = TEXT.filter(lambda text: text.strip())
 DAEMON_MESSAGES = st.one_of(
     st.builds(Hello, TOKEN.filter(bool), st.integers(0, 10 ** 6)),
     st.builds(Start, TEXT), st.builds(Text, TEXT), st.builds(Reasoning, TEXT),
-    st.builds(Done, TEXT), st.builds(Error, TOKEN, TEXT), st.builds(Call, TOKEN, TEXT))
+    st.builds(Done, TEXT), st.builds(Error, TOKEN, TEXT), st.builds(Call, TOKEN, TEXT),
+    st.builds(Timer, TOKEN, TOKEN, TOKEN, TEXT))
 DEVICE_MESSAGES = st.one_of(
     st.builds(Prompt, PROMPT_TEXT), st.builds(Ok, TOKEN, TEXT), st.builds(Fail, TOKEN, TEXT),
     st.builds(DeviceEvent, TEXT), st.builds(DeviceHello, TEXT),

@@ -18,7 +18,7 @@ import trio
 
 from agent.core.center import Center, asking
 from agent.core.commands import Ask, Door, Refused, StopAsks
-from agent.core.replies import ErrorCode
+from agent.core.replies import ErrorCode, TimerRing
 from agent.tools.base import ToolError, Toolbox
 from agent.tools.timers import store as timer_store
 from agent.tools.timers.config import TimersConfig
@@ -184,6 +184,19 @@ class Speech:
         return []
 
 
+class Notices:
+    """A listener of the center: the notices it gives, with when."""
+
+    def __init__(self) -> None:
+        self.given: list[tuple[float, object]] = []
+
+    async def deliver(self, reply, origin) -> None:
+        pass
+
+    def notice(self, reply) -> None:
+        self.given.append((trio.current_time(), reply))
+
+
 def tools_on(tmp_path, center: Center, **config) -> TimerTools:
     timers = TimerTools(TimersConfig(**config), TimerStore(str(tmp_path)), center,
                         wall=lambda: EPOCH + trio.current_time())
@@ -205,6 +218,7 @@ async def wait_for(condition) -> None:
 @pytest.mark.trio
 async def test_a_timer_rings_its_label_until_a_stop(tmp_path, autojump_clock):
     center, speech = center_with_speech()
+    center.add_listener(notices := Notices())
     timers = tools_on(tmp_path, center, ring_interval_seconds=5, ring_limit_seconds=600)
     async with trio.open_nursery() as nursery:
         await nursery.start(timers.run)
@@ -215,11 +229,15 @@ async def test_a_timer_rings_its_label_until_a_stop(tmp_path, autojump_clock):
         assert speech.said[0] == (began + 180, "Timer tea is done.")
         assert [when - began for when, _ in speech.said[:3]] == [180, 185, 190]
         assert timers.status()["ringing"] == ["t1"] and timers.listing() == []
+        # the ring's start is a notice of the center, given as it began
+        assert notices.given == [(began + 180, TimerRing("ringing", "t1", "timer", "tea"))]
         stopped = await center.stop(StopAsks("test"))
         assert stopped is not None and list(stopped.asks) == []
         rung = len(speech.said)
         await trio.sleep(60)
         assert len(speech.said) == rung and timers.status()["ringing"] == []
+        assert [reply for _, reply in notices.given] == [
+            TimerRing("ringing", "t1", "timer", "tea"), TimerRing("quiet", "t1", "timer", "tea")]
         nursery.cancel_scope.cancel()
 
 
@@ -258,12 +276,16 @@ async def test_a_stop_of_one_session_leaves_the_ring_alone(tmp_path, autojump_cl
 async def test_a_ring_nobody_stops_ends_at_its_limit(tmp_path, autojump_clock, caplog):
     center, speech = center_with_speech()
     caplog.set_level(logging.INFO, "homeagent.timers")
+    center.add_listener(notices := Notices())
     timers = tools_on(tmp_path, center, ring_interval_seconds=5, ring_limit_seconds=60)
     async with trio.open_nursery() as nursery:
         await nursery.start(timers.run)
         await timers.call_tool("timer_set", {"seconds": 10, "label": "egg"})
         await trio.sleep(3600)
         assert len(speech.said) == 12  # at 0, 5, ... 55 s of its minute
+        quiet = TimerRing("quiet", "t1", "timer", "egg")
+        assert [(when - 10, reply.state) for when, reply in notices.given] == [
+            (0, "ringing"), (60, "quiet")] and notices.given[1][1] == quiet
         assert timers.status()["ringing"] == [] and timers.status()["rung"] == 1
         assert "ringing ended, at its limit" in caplog.text
         nursery.cancel_scope.cancel()

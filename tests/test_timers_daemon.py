@@ -21,7 +21,7 @@ from conftest import timeout
 from daemon_harness import REPO, Daemon, child_env, toml_value
 from mosquitto import broker  # noqa: F401 (a fixture)
 from test_mqtt_daemon import PREFIX, is_json, mqtt_table, payload, topic
-from test_serial_daemon import SerialBoard, board_toml, wait_until
+from test_serial_daemon import SerialBoard, Subscriber, board_toml, wait_until
 
 WRITE_LINE = ("import sys; open(sys.argv[1], 'a', encoding='utf-8')"
               ".write(sys.argv[2] + '\\n')")
@@ -134,6 +134,7 @@ def test_a_timer_set_on_a_serial_board_rings_there_until_its_stop(tmp_path, mock
     daemon = timer_daemon(tmp_path, mock, seconds=1, default_provider="timer",
                           extra=board_toml(board.link))
     daemon.start()
+    subscriber = Subscriber(daemon)
     try:
         board.wait_for(lambda lines: any(x.startswith("HELLO") for x in lines), "HELLO", 20)
         board.write("PROMPT set a tea timer\n")
@@ -141,11 +142,20 @@ def test_a_timer_set_on_a_serial_board_rings_there_until_its_stop(tmp_path, mock
         board.wait_for(lambda lines: any(x.startswith("DONE") for x in lines), "DONE", 30)
         wait_until(lambda: "Timer tea is done." in spoken(daemon), "the ring", 30)
         assert "timer t1 (tea) set by device board" in daemon.log()
+        # the board shows the ring (its default events), a subscriber sees it
+        board.wait_for(lambda lines: "TIMER ringing t1 timer tea" in lines, "TIMER ringing", 20)
         board.write("STOP\n")
         wait_until(lambda: "ringing ended, stopped" in daemon.log(), "the STOP ended it", 20)
+        board.wait_for(lambda lines: "TIMER quiet t1 timer tea" in lines, "TIMER quiet", 20)
         with daemon.client() as client:
             assert client.call("status")["timers"]["ringing"] == []
+        rings = subscriber.wait_for(
+            lambda replies: sum(r["type"] == "timer" for r in replies) == 2, "two notices", 20)
+        assert [r for r in rings if r["type"] == "timer"] == [
+            {"type": "timer", "state": state, "timer": "t1", "kind": "timer", "label": "tea",
+             "id": "sub"} for state in ("ringing", "quiet")]
     finally:
+        subscriber.close()
         daemon.stop()
         board.unplug()
 

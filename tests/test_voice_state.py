@@ -56,12 +56,15 @@ def test_the_voice_sensor_is_discovered_only_on_a_board_that_hears():
     assert sensor["unique_id"] == "homeagent_hall_voice"
 
 
+@pytest.mark.parametrize("event,line", [("voice", "VOICE"), ("timer", "TIMER")])
 @pytest.mark.parametrize("cls,settings", [(CommandDevice, {"argv": ["true"]}),
                                           (WyomingSpeech, {"address": "unix:/nowhere"})])
-def test_a_device_with_nothing_to_show_refuses_voice_events(cls, settings):
+def test_a_device_with_nothing_to_show_refuses_the_notices_a_board_shows(cls, settings, event,
+                                                                         line):
     with pytest.raises(SettingError) as refused:
-        cls.from_settings(Common("d", frozenset({"sentence", "voice"})), settings)
-    assert refused.value.key == "events" and "serial" in str(refused.value)
+        cls.from_settings(Common("d", frozenset({"sentence", event})), settings)
+    assert refused.value.key == "events"
+    assert f'"{event}" events' in str(refused.value) and f"its {line} line" in str(refused.value)
 
 
 @REAL_TIME

@@ -49,7 +49,7 @@ class Subscribers:
             self._send(reply, origin.request)
 
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask (replies.Device, replies.VoiceState): without `request`."""
+        """A reply of no ask (replies.Device, VoiceState, TimerRing): without `request`."""
         self._send(reply, None)
 
     def _send(self, reply: replies.Reply, request) -> None:

@@ -15,7 +15,8 @@ A door builds a command (agent/core/commands.py) and hands it here:
   once the stopped asks' model streams are closed.
 - claim_utterance(): whether this board answers a wake word it heard, or
   another board on the broker that heard it too.
-- notice(): a reply of no ask (a device's state), to every listener.
+- notice(): a reply of no ask (a device's or the voice door's state, a timer
+  ringing), to every listener.
 
 Listeners are registered by agent/service/daemon.py in this order: the
 socket's subscribers (they see a reply first), the device hub (an answer's
@@ -68,7 +69,7 @@ class Listener(Protocol):
     async def deliver(self, reply: replies.Reply, origin: Origin) -> None: ...
 
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask: a device's state."""
+        """A reply of no ask: a device's or the voice door's state, a timer ringing."""
 
 
 class Speech(Protocol):

@@ -323,6 +323,19 @@ class VoiceState(Reply):
     state: str
 
 
+@_reply("timer", omitted_when_none=("board",))
+class TimerRing(Reply):
+    """A timer or reminder (agent/tools/timers/) began ringing (state
+    "ringing") or went quiet (state "quiet": a stop, or its limit); a notice,
+    of no ask. board names the board it rings on when that is another one,
+    through the broker; without it, it rings on this daemon's speech devices."""
+    state: str
+    timer: str  # its id, such as "t3"
+    kind: str   # "timer" or "reminder"
+    label: str
+    board: str | None = None
+
+
 def internal_error(what: str) -> Error:
     """A bug in the daemon, costing one request or ask: the log has the rest."""
     return Error(ErrorCode.INTERNAL_ERROR, f"the daemon failed on this {what}; its log has "
@@ -330,6 +343,7 @@ def internal_error(what: str) -> Error:
 
 
 VOICE_STATES = ("idle", "listening", "thinking", "speaking")
+RING_STATES = ("ringing", "quiet")
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
 TEXT = (Delta, Sentence, Reasoning)  # text a coalescing device inbox joins
 ENDS_ASK = (Done, Error)

@@ -36,7 +36,7 @@ from agent.tools.base import ToolError, ToolSpec
 
 __all__ = ["Common", "Delivery", "Device", "DeviceSpec", "Inbox", "Overflow", "Prompt",
            "Requests", "SettingError", "ToolError", "ToolSpec", "refuse_unknown",
-           "speech_options", "refuse_voice", "EVENT_TYPES", "SPEECH_KEYS"]
+           "speech_options", "refuse_notices", "EVENT_TYPES", "SPEECH_KEYS"]
 
 EVENT_TYPES = frozenset(KINDS)  # what a device's `events` setting may name
 
@@ -83,12 +83,19 @@ def speech_options(common: "Common", settings: Mapping[str, Any],
     return SpeechOptions(placeholder, emoji == "name", speak_tool_calls)
 
 
-def refuse_voice(common: "Common", kind: str) -> None:
-    """A device that does nothing with the voice door's state refuses it
-    in its events: a serial device shows it (its VOICE line)."""
-    if replies.VoiceState.type in common.events:
-        raise SettingError("events", f'a {kind} device takes no "voice" events (the '
-                                     "voice door's state): a serial device shows it")
+_NOTICES = ((replies.VoiceState.type, "the voice door's state", "VOICE"),
+            (replies.TimerRing.type, "a timer ringing", "TIMER"))
+
+
+def refuse_notices(common: "Common", kind: str) -> None:
+    """A device that does nothing with the notices a board shows (the voice
+    door's state, a timer ringing) refuses them in its events: a serial
+    device shows them (its VOICE and TIMER lines)."""
+    for event, what, line in _NOTICES:
+        if event in common.events:
+            raise SettingError("events", f'a {kind} device takes no "{event}" events '
+                                         f"({what}): a serial device shows them (its "
+                                         f"{line} line)")
 
 
 Prompt = Callable[[str], Awaitable[None]]  # a line from the device becomes an ask

@@ -71,7 +71,7 @@ import trio
 
 from agent.core import replies
 from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt, SettingError, ToolError,
-                                ToolSpec, refuse_unknown, refuse_voice, speech_options)
+                                ToolSpec, refuse_unknown, refuse_notices, speech_options)
 from agent.devices.templates import Argv, OptionRefused, parse_argv
 from agent.jsontypes import is_type
 from agent.text.speech import SpeechOptions, clean, tool_call_phrase
@@ -227,7 +227,7 @@ class CommandDevice(Device):
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> CommandDevice:
         refuse_unknown(settings, _KEYS)
-        refuse_voice(common, cls.kind)
+        refuse_notices(common, cls.kind)
         if "argv" not in settings:
             raise SettingError("argv", "required: the program and its arguments")
         argv = parse_argv("argv", settings["argv"], _PLACEHOLDERS)

@@ -9,8 +9,9 @@ announces on and silences.
   for speech for a device that speaks (its lines' markdown is whole before
   the segmenter cuts them). A device that is down gets nothing: its
   deliveries are dropped and counted.
-- notice(): the voice door's state goes to the devices that want it, at
-  once (an inbox that would block drops it).
+- notice(): the voice door's state, and a timer of this daemon ringing or
+  gone quiet, go to the devices that want them, at once (an inbox that
+  would block drops it).
 - run(): one supervisor task per device. run() of a device that raises is
   reported (log, status, a `device` reply to the listeners) and started
   again after a backoff that doubles up to the device's restart_max_delay.
@@ -66,7 +67,8 @@ class DeviceState(enum.Enum):
 _ENDS_TEXT = (replies.ToolCall, replies.Done, replies.Error)
 _ENDS_ASK = replies.ENDS_ASK
 SENTENCE = replies.Sentence.type
-VOICE = replies.VoiceState.type
+# the notices a board shows, and the door each stands for
+_NOTICE_DOORS = {replies.VoiceState: Door.VOICE, replies.TimerRing: Door.ANNOUNCE}
 
 
 @dataclass(eq=False)
@@ -177,7 +179,8 @@ class DeviceHub:
         self._on_speech: Callable[[], None] | None = None
         self._speaking = False
         self._speech_check = False  # a check of `speaking` is scheduled
-        self._voice: Origin | None = None  # of the voice door's notices, made at the first
+        # the Origin of each kind of notice, made at its first
+        self._notices: dict[type, Origin] = {}
 
     def __bool__(self) -> bool:
         return bool(self._devices)
@@ -255,16 +258,23 @@ class DeviceHub:
     # ---- deliveries ----
 
     def notice(self, reply: replies.Reply) -> None:
-        """A reply of no ask: the voice door's state to the devices that want
-        it (a serial board's LEDs), never waiting; a device's state is not theirs."""
-        if not isinstance(reply, replies.VoiceState) or self.center is None:
+        """A reply of no ask to the devices that want it, never waiting: the
+        voice door's state (a serial board's LEDs) and a timer ringing here
+        (its display). A device's state is not theirs, nor a ring on another
+        board: that board's daemon rings it."""
+        door = _NOTICE_DOORS.get(type(reply))
+        if door is None or self.center is None:
             return
-        if self._voice is None:
-            self._voice = self.center.origin(Door.VOICE, None)
+        if type(reply) is replies.TimerRing and reply.board is not None:
+            return
+        origin = self._notices.get(type(reply))
+        if origin is None:
+            origin = self._notices[type(reply)] = self.center.origin(door, None)
+        kind = reply.type
         for running in self._devices.values():
-            if VOICE in running.device.common.events:
+            if kind in running.device.common.events:
                 if running.state is DeviceState.RUNNING:
-                    running.inbox.put_nowait(Delivery(reply, self._voice))
+                    running.inbox.put_nowait(Delivery(reply, origin))
                 else:
                     running.inbox.dropped += 1
 

@@ -86,7 +86,7 @@ class _Call:
 
 class SerialDevice(Device):
     kind = "serial"
-    DEFAULT_EVENTS = frozenset({"sentence", "done", "error", "voice"})
+    DEFAULT_EVENTS = frozenset({"sentence", "done", "error", "voice", "timer"})
 
     def __init__(self, common: Common, port: str, *, baudrate: int = 115200, bytesize: int = 8,
                  parity: str = "N", stopbits: float = 1, send: str = "sentences",
@@ -258,6 +258,8 @@ class SerialDevice(Device):
                 return wire.Error(code, message)
             case replies.VoiceState(state=state):
                 return wire.Voice(state)
+            case replies.TimerRing(state=state, timer=timer, kind=kind, label=label):
+                return wire.Timer(state, timer, kind, label)
         if type(reply) is self._text and reply.text:  # a Delta or Sentence, by `send`
             return wire.Text(reply.text)
         return None  # the other text type, with `send` choosing one

@@ -128,7 +128,15 @@ class Voice(Message, keyword="VOICE"):
     state: str
 
 
-DaemonMessage = Hello | Start | Text | Reasoning | Done | Error | Call | Voice
+class Timer(Message, keyword="TIMER"):
+    """A timer or reminder of the daemon began ringing or went quiet."""
+    state: str  # ringing or quiet
+    timer: str  # its id, such as t3
+    kind: str   # timer or reminder
+    label: str
+
+
+DaemonMessage = Hello | Start | Text | Reasoning | Done | Error | Call | Voice | Timer
 
 
 # ---- device → daemon ----
@@ -208,6 +216,8 @@ def format_line(message: Message) -> str:
             return f"HELLO {protocol} homeagent {version}"
         case Error(code, text):
             return f"ERROR {escape(code)} {escape(text)}"
+        case Timer(state, timer, kind, label):
+            return f"TIMER {escape(state)} {escape(timer)} {escape(kind)} {escape(label)}"
         case Call(call_id, text) | CallReply(call_id, text):
             return f"{message.KEYWORD} {call_id} {escape(text)}"
         case Start(text) | Text(text) | Reasoning(text) | Done(text) | Voice(text) | \
@@ -284,6 +294,8 @@ def parse_daemon_line(item: Line | LineTooLong) -> DaemonMessage | Blank | BadLi
     if keyword == "CALL":
         call_id, _, command = rest.partition(" ")
         return Call(call_id, unescape(command))
+    if keyword == "TIMER":
+        return Timer(*map(unescape, (rest.split(" ", 3) + ["", "", ""])[:4]))
     if keyword == "HELLO":
         protocol, name, version = (rest.split(" ", 2) + ["", ""])[:3]
         if not (protocol.isascii() and protocol.isdigit()) or name != "homeagent" or not version:

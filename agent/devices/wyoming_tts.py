@@ -86,7 +86,7 @@ import trio
 from agent.core import replies
 from agent.core.deliveries import Delivery
 from agent.devices.base import (SPEECH_KEYS, Common, Device, Inbox, Prompt,
-                                SettingError, refuse_unknown, refuse_voice, speech_options)
+                                SettingError, refuse_unknown, refuse_notices, speech_options)
 from agent.devices.templates import Argv, parse_argv
 from agent.text.speech import SpeechCleaner, SpeechOptions, tool_call_phrase
 from agent.wyoming import framing as wyoming
@@ -252,7 +252,7 @@ class WyomingSpeech(Device):
     @classmethod
     def from_settings(cls, common: Common, settings: Mapping[str, Any]) -> WyomingSpeech:
         refuse_unknown(settings, _KEYS)
-        refuse_voice(common, cls.kind)
+        refuse_notices(common, cls.kind)
         if "address" not in settings:
             raise SettingError("address", 'required: "tcp://HOST:PORT" or "unix:PATH"')
         address = _address("address", settings["address"])

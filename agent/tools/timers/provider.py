@@ -23,7 +23,9 @@ until a stop of everything (Center.stop calls silence(): the socket's
 `stop`, a board's STOP, MQTT's stop, a barge-in wake word) or
 ring_limit_seconds. With a `chime` (a WAV file), each repetition plays it
 first on this board's speech devices (the center's play(), as the voice
-door's wake sound); a ring on another board is its announce alone.
+door's wake sound); a ring on another board is its announce alone. Its
+start and end are notices of the center (replies.TimerRing): the socket's
+subscribers see them, and a serial board here shows them as TIMER lines.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Callable, Mapping
 
 import trio
 
+from agent.core import replies
 from agent.core.center import Center, asking
 from agent.core.commands import Announce, Door, Origin, Refused
 from agent.core.edge import outgoing
@@ -252,6 +255,12 @@ class TimerTools:
                 with trio.CancelScope() as self._wake:
                     await trio.sleep_until(trio.current_time() + sleep)
 
+    def _notice(self, timer: Timer, state: str) -> None:
+        """A ring's start and end to the center's listeners: the socket's
+        subscribers, and a serial board's TIMER line when it rings here."""
+        self.center.notice(replies.TimerRing(state, timer.id, timer.kind, timer.label,
+                                             timer.board))
+
     async def _ring(self, timer: Timer, late: float) -> None:
         config = self.config
         self.rung += 1
@@ -260,6 +269,7 @@ class TimerTools:
         refused = False
         with trio.CancelScope() as scope:
             self._ringing[timer.id] = scope
+            self._notice(timer, "ringing")
             scope.deadline = trio.current_time() + config.ring_limit_seconds
             try:
                 for repetition in itertools.count():
@@ -279,6 +289,7 @@ class TimerTools:
                     await trio.sleep(config.ring_interval_seconds)
             finally:
                 del self._ringing[timer.id]
+                self._notice(timer, "quiet")
         how = "stopped" if trio.current_time() < scope.deadline else "at its limit"
         log.info("%s %s: ringing ended, %s", timer.kind, timer.id, how)
 
