@@ -52,11 +52,16 @@ def dones(fake: FakeBroker, ask_id: str) -> int:
 
 
 def settled(fake: FakeBroker, daemon, marker: str) -> None:
-    """A marker ask sent after the rest is answered, and no ask of the
-    broker's is left running: whatever ran has published its done."""
+    """Whatever ran has published its done, and the broker has it: a marker
+    ask is answered, then no ask of the broker's is left running, then a
+    second marker is answered. An ask that ended has queued its done, but
+    the writer may not have sent it yet; the second marker's done, queued
+    after it on the one queue of answers, arrives after it."""
     fake.send(publish(b"homeagent/gamma/ask", ask(marker), qos=1, packet_id=999))
     until_true(lambda: dones(fake, marker) == 1)
     until_true(lambda: status(daemon)["mqtt"]["asks"] == 0)
+    fake.send(publish(b"homeagent/gamma/ask", ask(f"{marker}-last"), qos=1, packet_id=998))
+    until_true(lambda: dones(fake, f"{marker}-last") == 1)
 
 
 def test_a_qos2_ask_gets_pubrec_pubcomp_and_runs_once(fake):
@@ -73,7 +78,7 @@ def test_a_qos2_ask_gets_pubrec_pubcomp_and_runs_once(fake):
     assert not [p for p in fake.packets if p.kind == 4 and p.packet_id == 21]  # no PUBACK
     settled(fake, daemon, "after-qos2")
     assert dones(fake, "twice?") == 1
-    assert status(daemon)["counters"]["asks"] == 2  # the QoS 2 ask and the marker
+    assert status(daemon)["counters"]["asks"] == 3  # the QoS 2 ask and the two markers
 
 
 def test_a_dup_redelivery_after_a_reconnect_is_acknowledged_and_not_run_again(fake):
@@ -87,7 +92,7 @@ def test_a_dup_redelivery_after_a_reconnect_is_acknowledged_and_not_run_again(fa
     settled(fake, daemon, "after-dup")
     assert dones(fake, "dup-1") == 1
     mqtt = status(daemon)
-    assert mqtt["counters"]["asks"] == 2 and mqtt["mqtt"]["duplicates"] == 1
+    assert mqtt["counters"]["asks"] == 3 and mqtt["mqtt"]["duplicates"] == 1  # two markers
 
 
 def test_an_oversized_publish_on_a_topic_not_utf8_is_refused_and_the_connection_goes_on(fake):
