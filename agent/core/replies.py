@@ -343,7 +343,6 @@ def internal_error(what: str) -> Error:
 
 
 VOICE_STATES = ("idle", "listening", "thinking", "speaking")
-RING_STATES = ("ringing", "quiet")
 STREAMED = (Delta, Reasoning, Refusal)  # left out with "stream": false
 TEXT = (Delta, Sentence, Reasoning)  # text a coalescing device inbox joins
 ENDS_ASK = (Done, Error)
