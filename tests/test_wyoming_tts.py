@@ -335,6 +335,55 @@ async def test_speaking_lasts_from_the_queued_sentence_to_the_end_of_its_audio(t
         nursery.cancel_scope.cancel()
 
 
+# A sink program that reads its audio to the end, says so, and goes on
+# "playing" (runs) until the test lets it exit
+HOLDING_SINK = """
+import os, sys, time
+sys.stdin.buffer.read()
+open(sys.argv[1], "w").close()
+for _ in range(3000):
+    if os.path.exists(sys.argv[2]):
+        break
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("ended_by", ["its exit", "a stop"])
+@pytest.mark.trio
+async def test_a_sound_keeps_the_board_speaking_until_its_sink_program_has_exited(tmp_path,
+                                                                                  ended_by):
+    """The wake sound's audio fits in the sink's pipe: the device has
+    written it all and closed the pipe while the program still plays it.
+    Until the program exits the board speaks (the voice door drops the
+    microphone's frames until then: the sound's echo), and a stop (a
+    barge-in) kills it rather than waiting for the end."""
+    async def serve(stream, reader):
+        await stream.send_all(INFO)
+        await trio.sleep_forever()
+
+    heard, release = tmp_path / "heard", tmp_path / "release"
+    async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
+        common = Common("voice", WyomingSpeech.DEFAULT_EVENTS, restart_max_delay=0.5)
+        hub = DeviceHub({"voice": DeviceSpec(common, WyomingSpeech, {
+            "address": address, "sink": "program",
+            "sink_program": [sys.executable, "-c", HOLDING_SINK, str(heard), str(release)]})})
+        seen = []
+        hub.watch_speech(lambda: seen.append(hub.speaking))
+        await nursery.start(hub.run, center_for(hub))
+        await until(lambda: hub.status()[0]["connected"], 10)
+        await hub.center.play(replies.Sound(b"\x01\x02" * 4800, 16000, 2, 1))
+        await until(heard.exists, 20)   # all of it written, its stdin closed
+        assert hub.speaking and seen == [True]
+        assert hub.status()[0]["speaking"]
+        if ended_by == "a stop":
+            assert hub.silence([], everything=True) == ["voice"]
+        else:
+            release.touch()
+        await until(lambda: seen == [True, False], 20)  # the program runs 30 s unless ended
+        assert hub.status()[0]["sounds"] == 1
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.trio
 async def test_a_server_that_stalls_at_describe_is_named(tmp_path):
     async def serve(stream, reader):

@@ -487,9 +487,14 @@ class WyomingSpeech(Device):
                 await self._close_player()
 
     async def _close_player(self) -> None:
-        player, self._player = self._player, None
-        if player is not None:
-            await player.aclose()
+        # The player stays set until it is closed: a sink program still
+        # plays what its pipe holds after its stdin closes (so `speaking`
+        # holds, and a stop kills it), and a Wyoming sink is waited for.
+        if self._player is not None:
+            try:
+                await self._player.aclose()
+            finally:
+                self._player = None
 
     # ---- stop ----
 
