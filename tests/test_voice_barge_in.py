@@ -6,6 +6,7 @@ its own loudspeaker. No duration is asserted; every wait is bounded."""
 
 from __future__ import annotations
 
+import array
 import re
 import sys
 import time
@@ -48,7 +49,8 @@ def test_the_boards_own_voice_fed_back_never_wakes_it_nor_reaches_the_asr(tmp_pa
         wait_for(daemon, lambda s: s["asks"] == 1, "the question asked")
         until(lambda: echo.exists() and echo.stat().st_size > 0, "the answer played")
         until(lambda: not board_speaks(daemon), "the answer played to its end")
-        time.sleep(1.0)  # its echo and the tail through the detector; nothing may follow
+        wait_for(daemon, lambda s: s["state"] == "idle", "idle after the answer's echo")
+        time.sleep(1.0)  # the last frames through the detector; nothing may follow
         status = voice_status(daemon)
         # the detector heard the whole answer, at full loudness, and nothing woke it
         assert status["frames_over_speech"] > 0
@@ -56,6 +58,42 @@ def test_the_boards_own_voice_fed_back_never_wakes_it_nor_reaches_the_asr(tmp_pa
         assert status["state"] == "idle"
         assert peers.utterance(1) is None
         assert speech["question"][1] in peers.utterance(0)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def loud_pieces(pcm: bytes) -> list[bytes]:
+    """Its 10 ms pieces that are not near silence (silence matches silence)."""
+    pieces = [pcm[at:at + 320] for at in range(0, len(pcm) - 319, 320)]
+    return [p for p in pieces if max(map(abs, array.array("h", p))) > 2000]
+
+
+def test_the_answers_echo_never_reaches_the_asr_in_the_follow_up(tmp_path, mock, peers,
+                                                                  speech):
+    """The microphone hears the loudspeaker 0.8 s late (a board's capture
+    buffer and its room, made long: espeak-ng ends each answer with about
+    0.3 s of silence): the answer's last words come in once the speaker
+    program has exited. The follow-up listens only after speech_tail, so
+    none of them reaches the ASR as the question's start."""
+    asr = peers.asr("--say", QUESTION, "--say", FOLLOW)
+    echo = tmp_path / "echo.pcm"
+    daemon = Daemon(tmp_path, mock.url, extra=voice_table(
+        asr, [speech["wake-question"][0], speech["follow"][0]], peers.cues,
+        "--echo", str(echo), "--echo-delay", "0.8", speech_tail=1.5)
+        + speaker_table(peers.tts(), echo))
+    try:
+        start_listening(daemon)
+        peers.cue(0)
+        wait_for(daemon, lambda s: s["follow_ups"] == 1 and s["state"] == "listening",
+                 "a follow-up after an answer that asks")
+        answer = echo.read_bytes()  # all of the answer played
+        peers.cue(1)
+        wait_for(daemon, lambda s: s["asks"] == 2, "the follow-up asked")
+        heard = peers.utterance(1)
+        loud = loud_pieces(answer)
+        assert len(loud) > 100   # the answer was heard, loud, at the microphone
+        assert not any(piece in heard for piece in loud)
+        assert speech["follow"][1] in heard   # and nothing of it over the follow-up
     finally:
         assert daemon.stop() == 0, daemon.log()
 

@@ -1,8 +1,8 @@
 """A microphone for the voice tests: plays WAV files (16-bit) to stdout as
 raw PCM in real time, 20 ms at a time, with silence between and after.
 
-    python voice_mic.py [--cue DIR] [--fail-first MARKER] [--echo FILE [--echo-gain G]]
-                        FILE.wav...
+    python voice_mic.py [--cue DIR] [--fail-first MARKER]
+                        [--echo FILE [--echo-gain G] [--echo-delay S]] FILE.wav...
 
 --cue DIR: file i is played only once DIR/i exists (silence until then),
 and DIR/played-i is created once it has been written out: the test says
@@ -10,7 +10,8 @@ when to speak and knows when it was said. --fail-first: when MARKER does
 not exist, create it, write a little silence and exit with status 3 (a
 microphone that dies once); the next run plays. --echo: FILE (16 kHz 16-bit
 mono, growing as voice_speaker.py plays into it) is mixed in as it grows,
-times G (1.0): the board's own voice coming back into its microphone.
+times G (1.0): the board's own voice coming back into its microphone,
+S seconds (0) after it was played (a capture buffer, the room).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main() -> int:
     parser.add_argument("--fail-first")
     parser.add_argument("--echo")
     parser.add_argument("--echo-gain", type=float, default=1.0)
+    parser.add_argument("--echo-delay", type=float, default=0.0)
     args = parser.parse_args()
     out = sys.stdout.buffer
     segments = []
@@ -59,7 +61,11 @@ def main() -> int:
     began = time.monotonic()
     written = 0
     index, at = 0, 0   # the segment playing and the offset in it
-    echoed = 0         # bytes of the echo file mixed in
+    echoed = 0         # bytes of the echo file read
+    # what was read of it and not yet mixed in, behind the delay's silence
+    # (the speaker's pauses are not in the file: each start is delayed anew)
+    pending = b""
+    delay = bytes(int(rate * args.echo_delay) * 2)
     while True:
         chunk = bytes(step)
         if index < len(segments) and (args.cue is None
@@ -73,8 +79,13 @@ def main() -> int:
         if args.echo and os.path.exists(args.echo):
             with open(args.echo, "rb") as echo:
                 echo.seek(echoed)
-                heard = echo.read(len(chunk) - len(chunk) % 2)
-            echoed += len(heard)
+                played = echo.read()
+            if played and not pending:   # the speaker starts again: its sound, late
+                pending = delay
+            echoed += len(played)
+            pending += played
+            take = len(chunk) - len(chunk) % 2
+            heard, pending = pending[:take], pending[take:]
             chunk = mixed(chunk, heard, args.echo_gain)
         out.write(chunk)
         out.flush()

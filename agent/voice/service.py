@@ -21,9 +21,10 @@ One loop, one state at a time, in `status` as `voice`:
   ask, on the wake word's session (or [voice] session) and provider; the
   answer is spoken by the speech devices, as every answer is.
 - speaking: until the speech devices are quiet (bounded by
-  max_speaking_seconds). An answer that ends with a question (or every
-  answer, with follow_up = "always") is followed by listening again,
-  without the wake word, for follow_up_seconds.
+  max_speaking_seconds) and speech_tail after (the answer's echo). An
+  answer that ends with a question (or every answer, with follow_up =
+  "always") is followed by listening again, without the wake word, for
+  follow_up_seconds.
 Barge-in (barge_in = true): while thinking and speaking the detector
 hears on (the raised threshold while the board speaks), and in idle over
 any speech. A wake word then stops everything (Center.stop(StopAsks(who)),
@@ -300,6 +301,8 @@ class VoiceService:
             with trio.move_on_after(self.config.max_speaking_seconds):
                 while self.speaking():
                     await trio.sleep(SPEAKING_POLL)
+            # the answer's echo, still coming in: never the follow-up's start
+            await trio.sleep(self.config.speech_tail)
             nursery.cancel_scope.cancel()
         return None if self._barged is not None else answer
 
