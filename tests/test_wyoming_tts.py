@@ -227,10 +227,13 @@ def test_bad_settings_are_named(settings, key):
 
 # ---- bad peers, seen through the hub: what `status` shows ----
 
-def hub_for(address: str, sink: Path, **settings) -> DeviceHub:
+def hub_for(address: str, path: Path | None, **settings) -> DeviceHub:
+    """A hub of one device; path is its file sink's, or None when the
+    settings name another sink."""
     common = Common("voice", WyomingSpeech.DEFAULT_EVENTS, restart_max_delay=0.5)
+    file_sink = {"sink": "file", "path": str(path)} if path is not None else {}
     return DeviceHub({"voice": DeviceSpec(common, WyomingSpeech, {
-        "address": address, "sink": "file", "path": str(sink), **settings})})
+        "address": address, **file_sink, **settings})})
 
 
 @asynccontextmanager
@@ -336,14 +339,13 @@ async def test_speaking_lasts_from_the_queued_sentence_to_the_end_of_its_audio(t
 
 
 # A sink program that reads its audio to the end, says so, and goes on
-# "playing" (runs) until the test lets it exit
+# "playing" (runs) until the test lets it exit, or for argv[3] seconds
 HOLDING_SINK = """
 import os, sys, time
 sys.stdin.buffer.read()
 open(sys.argv[1], "w").close()
-for _ in range(3000):
-    if os.path.exists(sys.argv[2]):
-        break
+deadline = time.monotonic() + float(sys.argv[3])
+while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
     time.sleep(0.01)
 """
 
@@ -363,10 +365,9 @@ async def test_a_sound_keeps_the_board_speaking_until_its_sink_program_has_exite
 
     heard, release = tmp_path / "heard", tmp_path / "release"
     async with raw_server(tmp_path, serve) as address, trio.open_nursery() as nursery:
-        common = Common("voice", WyomingSpeech.DEFAULT_EVENTS, restart_max_delay=0.5)
-        hub = DeviceHub({"voice": DeviceSpec(common, WyomingSpeech, {
-            "address": address, "sink": "program",
-            "sink_program": [sys.executable, "-c", HOLDING_SINK, str(heard), str(release)]})})
+        # it runs past the wait below unless something ends it
+        hub = hub_for(address, None, sink="program", sink_program=[
+            sys.executable, "-c", HOLDING_SINK, str(heard), str(release), str(timeout(60))])
         seen = []
         hub.watch_speech(lambda: seen.append(hub.speaking))
         await nursery.start(hub.run, center_for(hub))
@@ -379,7 +380,7 @@ async def test_a_sound_keeps_the_board_speaking_until_its_sink_program_has_exite
             assert hub.silence([], everything=True) == ["voice"]
         else:
             release.touch()
-        await until(lambda: seen == [True, False], 20)  # the program runs 30 s unless ended
+        await until(lambda: seen == [True, False], 20)
         assert hub.status()[0]["sounds"] == 1
         nursery.cancel_scope.cancel()
 
