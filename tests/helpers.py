@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import trio
@@ -20,6 +24,32 @@ async def until(condition, seconds: float = 5) -> None:
     with trio.fail_after(timeout(seconds)):
         while not condition():
             await trio.sleep(0.005)
+
+
+def listening(sock: Path) -> bool:
+    """A server accepts connections on the Unix socket sock. Its file
+    appears at bind, before listen: a connect in between is refused."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        return probe.connect_ex(str(sock)) == 0
+
+
+def spawn_listening(argv: list[str], sock: Path) -> subprocess.Popen:
+    """A peer program run by this interpreter with the tests' import path,
+    returned once it accepts connections on sock; killed if it exits first
+    or is not listening within timeout(20)."""
+    process = subprocess.Popen([sys.executable, *argv],
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline = time.monotonic() + timeout(20)
+    try:
+        while not listening(sock):
+            assert process.poll() is None, f"{argv[0]} exited with {process.returncode}"
+            assert time.monotonic() < deadline, f"{argv[0]} is not listening on {sock}"
+            time.sleep(0.02)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process
 
 
 def make_certificates(directory: Path, ca_name: str = "homeagent test CA") -> None:

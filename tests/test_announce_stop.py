@@ -54,11 +54,10 @@ from agent.devices.hub import DeviceHub
 from agent.devices.wyoming_tts import WyomingSpeech
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
-from helpers import asked, center_for, delivery, of_type, until
+from helpers import asked, center_for, delivery, listening, of_type, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
 from test_tool_loop import FIRST, PROMPT, relay_daemon
-from test_wyoming_tts import (expected_pcm, listening, running, started,  # noqa: F401
-                              tts_server)
+from test_wyoming_tts import expected_pcm, running, started, tts_server  # noqa: F401
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -91,7 +90,7 @@ class Setup:
         self.sink, self.marker = directory / "audio.pcm", directory / "sleeper.started"
         self.server = subprocess.Popen([sys.executable, tts.__file__, f"unix://{self.sock}",
                                         "--log", str(self.log)], env=child_env())
-        wait_until(self.listening, "the TTS server listens", 20)
+        wait_until(lambda: listening(self.sock), "the TTS server listens", 20)
         self.board = SerialBoard(directory / "usb-Board-if00-port0").plug()
         extra = "\n".join([
             board_toml(self.board.link),
@@ -109,11 +108,6 @@ class Setup:
                                                              "x-mock-answer": json.dumps(LONG)}}},
                              extra=extra).start()
         self.wait_voice()
-
-    def listening(self) -> bool:
-        import socket
-        with socket.socket(socket.AF_UNIX) as probe:
-            return probe.connect_ex(str(self.sock)) == 0
 
     def devices(self) -> dict[str, dict]:
         with self.daemon.client() as client:

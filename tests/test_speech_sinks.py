@@ -25,9 +25,9 @@ import trio
 import wyoming_snd_server
 from agent.devices.base import Common, Inbox, Overflow, SettingError
 from agent.devices.wyoming_tts import SinkError, WyomingSpeech
-from helpers import delivery, until
-from test_wyoming_tts import (REQUEST, SENTENCES, all_heard, expected_pcm, listening, pytestmark,
-                              running, server, tts_server)
+from helpers import delivery, listening, until
+from test_wyoming_tts import (REQUEST, SENTENCES, all_heard, expected_pcm, pytestmark, running,
+                              server, tts_server)
 
 __all__ = ["pytestmark", "tts_server"]  # the skip marks and the fixture, shared
 

@@ -6,11 +6,6 @@ received, the transcript, and each failure named within its bound."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import trio
@@ -19,6 +14,7 @@ import wyoming_asr_server
 from agent.voice.asr import AsrError, Failure, Transcription, transcribe
 from agent.wyoming.framing import Event, Reader, encode
 from conftest import timeout
+from helpers import spawn_listening
 
 needs_wyoming = pytest.mark.skipif(
     __import__("importlib").util.find_spec("wyoming") is None,
@@ -90,14 +86,8 @@ def asr_server(tmp_path):
     def start(*options: str):
         sock = tmp_path / f"asr{len(started)}.sock"
         record = tmp_path / f"record{len(started)}"
-        process = subprocess.Popen([sys.executable, wyoming_asr_server.__file__,
-                                    f"unix://{sock}", "--record", str(record), *options],
-                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        started.append(process)
-        deadline = time.monotonic() + timeout(20)
-        while not sock.exists():
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        started.append(spawn_listening([wyoming_asr_server.__file__, f"unix://{sock}",
+                                        "--record", str(record), *options], sock))
         return ("unix", str(sock), 0), record
 
     yield start

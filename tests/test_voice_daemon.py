@@ -9,7 +9,6 @@ file. No duration is asserted; every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import wyoming_asr_server
 import wyoming_tts_server
 from conftest import timeout
 from daemon_harness import Daemon
+from helpers import spawn_listening
 from voice_audio import espeak, needs_espeak, needs_voice, silence, write_wav
 
 pytestmark = [needs_voice, needs_espeak,
@@ -76,12 +76,7 @@ class Peers:
         self.sink = tmp_path / "sink.pcm"
 
     def spawn(self, *argv: str, sock: Path) -> None:
-        self.processes.append(subprocess.Popen(
-            [sys.executable, *argv], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}))
-        deadline = time.monotonic() + timeout(20)
-        while not sock.exists():
-            assert self.processes[-1].poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        self.processes.append(spawn_listening(list(argv), sock))
 
     def asr(self, *options: str) -> str:
         sock = self.dir / "asr.sock"

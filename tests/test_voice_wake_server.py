@@ -8,10 +8,8 @@ No duration is asserted; every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from agent.voice.wake_server import (MAX_DATA, Failure, Heard, Offered, ServerDe
 from agent.wyoming.framing import Event, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon
+from helpers import spawn_listening
 from test_startup import PROBE, _modules
 from test_voice_daemon import QUESTION, REAL_TIME, voice_table, wait_for
 from voice_audio import espeak, needs_espeak, needs_voice, silence
@@ -131,14 +130,9 @@ class WakeServer:
 
     def start(self, *options: str) -> None:
         self.sock.unlink(missing_ok=True)
-        self.process = subprocess.Popen(
-            [sys.executable, wyoming_wake_server.__file__, f"unix://{self.sock}", "--log",
-             str(self.log), "--name", "okay_nabu=ok_nabu", *options],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        deadline = time.monotonic() + timeout(20)
-        while not self.sock.exists():
-            assert self.process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        self.process = spawn_listening(
+            [wyoming_wake_server.__file__, f"unix://{self.sock}", "--log", str(self.log),
+             "--name", "okay_nabu=ok_nabu", *options], self.sock)
 
     def kill(self) -> None:
         if self.process is not None:

@@ -38,7 +38,7 @@ from agent.devices.wyoming_tts import WyomingSpeech
 from agent.wyoming.framing import Event as WyEvent, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon, ask_text
-from helpers import asked, center_for, delivery, until
+from helpers import asked, center_for, delivery, listening, until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -98,13 +98,6 @@ def spoken(log: Path) -> list[str]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text().split("\n")[:-1]]
-
-
-def listening(sock: Path) -> bool:
-    """The server accepts connections (its socket file appears at bind,
-    before it listens)."""
-    with socket.socket(socket.AF_UNIX) as probe:
-        return probe.connect_ex(str(sock)) == 0
 
 
 async def started(tts_server, tmp_path, server_streams: bool, **settings):
