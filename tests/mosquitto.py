@@ -225,6 +225,10 @@ class Watcher:
 
     def _read(self) -> None:
         for raw in self.process.stdout:
+            if not raw.endswith(b"\n"):
+                # its last line, cut where close() killed it mid-write (a
+                # line over stdio's buffer is written in pieces): no message
+                break
             line = raw.decode("utf-8", "replace").rstrip("\n")
             if line.startswith("MSG "):
                 _, retained, topic, hex_payload = (line.split(" ", 3) + [""])[:4]
