@@ -54,7 +54,7 @@ from agent.devices.hub import DeviceHub
 from agent.devices.wyoming_tts import WyomingSpeech
 from conftest import timeout
 from daemon_harness import Daemon, MockServer, child_env
-from helpers import asked, center_for, delivery, listening, of_type, until
+from helpers import asked, center_for, delivery, of_type, spawn_listening, until
 from test_serial_daemon import SerialBoard, board_toml, wait_until
 from test_tool_loop import FIRST, PROMPT, relay_daemon
 from test_wyoming_tts import expected_pcm, running, started, tts_server  # noqa: F401
@@ -88,9 +88,8 @@ class Setup:
         self.dir = directory
         self.sock, self.log = directory / "tts.sock", directory / "tts.log"
         self.sink, self.marker = directory / "audio.pcm", directory / "sleeper.started"
-        self.server = subprocess.Popen([sys.executable, tts.__file__, f"unix://{self.sock}",
-                                        "--log", str(self.log)], env=child_env())
-        wait_until(lambda: listening(self.sock), "the TTS server listens", 20)
+        self.server = spawn_listening([tts.__file__, f"unix://{self.sock}", "--log",
+                                       str(self.log)], self.sock)
         self.board = SerialBoard(directory / "usb-Board-if00-port0").plug()
         extra = "\n".join([
             board_toml(self.board.link),
@@ -585,8 +584,7 @@ async def test_a_stop_kills_aplay_at_once(tts_server, tmp_path):
     sentence after the stop says when that is all in: the device plays one
     connection at a time, so the old aplay is gone (or, not killed, has
     played what it had) before the marker's aplay starts."""
-    address, _, sock = tts_server(streaming=False)
-    await until(lambda: listening(sock), 20)
+    address, _ = tts_server(streaming=False)
     marker = expected_pcm([MARKER])
     card = PacedCard(tmp_path / "card.fifo")
     card.start()

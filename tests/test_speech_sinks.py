@@ -14,8 +14,6 @@ away) fails the device with SinkError.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import trio
 import wyoming_snd_server
 from agent.devices.base import Common, Inbox, Overflow, SettingError
 from agent.devices.wyoming_tts import SinkError, WyomingSpeech
-from helpers import delivery, listening, until
+from helpers import delivery, spawn_listening, until
 from test_wyoming_tts import (REQUEST, SENTENCES, all_heard, expected_pcm, pytestmark, running,
                               server, tts_server)
 
@@ -50,9 +48,8 @@ def espeak_format(text: str) -> str:
 @pytest.fixture
 def tts(tts_server):
     """start() -> the address of a fresh non-streaming TTS server, listening."""
-    async def start() -> str:
-        address, _, sock = tts_server(streaming=False)
-        await until(lambda: listening(sock), 20)
+    def start() -> str:
+        address, _ = tts_server(streaming=False)
         return address
     return start
 
@@ -62,12 +59,10 @@ def speaker(tmp_path):
     """start(*options) -> (address, out path) of a Wyoming snd server, listening."""
     started = []
 
-    async def start(*options: str) -> tuple[str, Path]:
+    def start(*options: str) -> tuple[str, Path]:
         sock, out = tmp_path / f"snd{len(started)}.sock", tmp_path / f"snd{len(started)}.pcm"
-        started.append(subprocess.Popen(
-            [sys.executable, wyoming_snd_server.__file__, f"unix://{sock}", str(out), *options],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}))
-        await until(lambda: listening(sock), 20)
+        started.append(spawn_listening(
+            [wyoming_snd_server.__file__, f"unix://{sock}", str(out), *options], sock))
         return f"unix:{sock}", out
 
     yield start
@@ -99,7 +94,7 @@ async def failure_of(device: WyomingSpeech, text: str) -> BaseException:
 @pytest.mark.trio
 async def test_a_program_gets_the_pcm_on_stdin_with_its_format_in_argv(tts, tmp_path):
     out = tmp_path / "program.pcm"
-    device = speech(await tts(), sink="program", sink_program=[
+    device = speech(tts(), sink="program", sink_program=[
         sys.executable, "-c", RECORDER, str(out), "{rate}", "{width}", "{channels}"])
     await speak(device, SENTENCES)
     await until(lambda: out.exists() and out.read_bytes() == expected_pcm(SENTENCES), 20)
@@ -110,8 +105,8 @@ async def test_a_program_gets_the_pcm_on_stdin_with_its_format_in_argv(tts, tmp_
 
 @pytest.mark.trio
 async def test_a_wyoming_speaker_gets_the_pcm_as_audio_events(tts, speaker):
-    address, out = await speaker()
-    device = speech(await tts(), sink="wyoming", sink_address=address)
+    address, out = speaker()
+    device = speech(tts(), sink="wyoming", sink_address=address)
     await speak(device, SENTENCES)
     # The device waits for played only so long past each utterance's length
     # (PLAYED_GRACE): a speaker slower than that (the emulated run) may still
@@ -123,8 +118,8 @@ async def test_a_wyoming_speaker_gets_the_pcm_as_audio_events(tts, speaker):
 
 @pytest.mark.trio
 async def test_a_wyoming_speaker_that_sends_no_played_still_gets_every_utterance(tts, speaker):
-    address, out = await speaker("--no-played")
-    device = speech(await tts(), sink="wyoming", sink_address=address)
+    address, out = speaker("--no-played")
+    device = speech(tts(), sink="wyoming", sink_address=address)
     # the wait for played is bounded: the second utterance follows the first
     await speak(device, SENTENCES[1:])
     await until(lambda: out.read_bytes() == expected_pcm(SENTENCES[1:]), 30)
@@ -133,7 +128,7 @@ async def test_a_wyoming_speaker_that_sends_no_played_still_gets_every_utterance
 @pytest.mark.trio
 async def test_a_program_that_exits_fails_the_device_with_a_named_error(tts):
     # exits without reading: the PCM (over 200 kB) is more than a pipe holds (64 kB)
-    device = speech(await tts(), sink="program",
+    device = speech(tts(), sink="program",
                     sink_program=[sys.executable, "-c", "raise SystemExit(3)"])
     error = await failure_of(device, " ".join(SENTENCES))
     assert type(error) is SinkError
@@ -145,7 +140,7 @@ async def test_a_program_that_cannot_start_fails_the_device_with_a_named_error(t
     program = tmp_path / "player"
     program.write_text("#!/bin/sh\ncat > /dev/null\n")
     program.chmod(0o755)
-    device = speech(await tts(), sink="program", sink_program=[str(program)])
+    device = speech(tts(), sink="program", sink_program=[str(program)])
     program.unlink()  # gone after the config was checked
     error = await failure_of(device, SENTENCES[0])
     assert type(error) is SinkError and "could not be started" in str(error)
@@ -153,8 +148,8 @@ async def test_a_program_that_cannot_start_fails_the_device_with_a_named_error(t
 
 @pytest.mark.trio
 async def test_a_speaker_that_dies_mid_audio_fails_the_device_with_a_named_error(tts, speaker):
-    address, out = await speaker("--exit-after", "4096")
-    device = speech(await tts(), sink="wyoming", sink_address=address)
+    address, out = speaker("--exit-after", "4096")
+    device = speech(tts(), sink="wyoming", sink_address=address)
     # the PCM (over 600 kB) is more than a socket's buffers hold (about 200 kB)
     error = await failure_of(device, LONG)
     assert type(error) is SinkError and "closed the connection" in str(error)
@@ -163,7 +158,7 @@ async def test_a_speaker_that_dies_mid_audio_fails_the_device_with_a_named_error
 
 @pytest.mark.trio
 async def test_a_speaker_that_is_not_there_fails_the_device_with_a_named_error(tts, tmp_path):
-    device = speech(await tts(), sink="wyoming", sink_address=f"unix:{tmp_path}/none.sock")
+    device = speech(tts(), sink="wyoming", sink_address=f"unix:{tmp_path}/none.sock")
     error = await failure_of(device, SENTENCES[0])
     assert type(error) is SinkError and "could not be reached" in str(error)
 

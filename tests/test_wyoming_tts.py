@@ -38,7 +38,7 @@ from agent.devices.wyoming_tts import WyomingSpeech
 from agent.wyoming.framing import Event as WyEvent, Reader, encode
 from conftest import timeout
 from daemon_harness import Daemon, ask_text
-from helpers import asked, center_for, delivery, listening, until
+from helpers import asked, center_for, delivery, spawn_listening, until
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng"),
@@ -53,16 +53,15 @@ SENTENCES = ["The living room is twenty one degrees.", "The kitchen is warmer!",
 
 @pytest.fixture
 def tts_server(tmp_path):
-    """start(streaming) -> (address, log path); the servers stop at the end."""
+    """start(streaming) -> (address, log path) of a server that listens;
+    the servers stop at the end."""
     started = []
 
     def start(streaming: bool) -> tuple[str, Path]:
         sock, log = tmp_path / f"tts{len(started)}.sock", tmp_path / f"tts{len(started)}.log"
-        argv = [sys.executable, server.__file__, f"unix://{sock}", "--log", str(log)]
-        process = subprocess.Popen(argv + (["--streaming"] if streaming else []),
-                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        started.append(process)
-        return f"unix:{sock}", log, sock
+        argv = [server.__file__, f"unix://{sock}", "--log", str(log)]
+        started.append(spawn_listening(argv + (["--streaming"] if streaming else []), sock))
+        return f"unix:{sock}", log
 
     yield start
     for process in started:
@@ -102,8 +101,7 @@ def spoken(log: Path) -> list[str]:
 
 async def started(tts_server, tmp_path, server_streams: bool, **settings):
     """A fresh server and a device for it: (device, server log, sink path)."""
-    address, log, sock = tts_server(streaming=server_streams)
-    await until(lambda: listening(sock), 20)
+    address, log = tts_server(streaming=server_streams)
     sink = tmp_path / "audio.pcm"
     return device(address, sink, **settings), log, sink
 
