@@ -26,6 +26,13 @@ calls with their argument bytes, done_reason, counts):
            event object per read could show against msgspec, whatever its C
            code cost; it is timed in the same rounds and checked against
            nothing
+  bare     a diagnostic, a bound on ours: per read ours' own C call and, for
+           the reads it packs (one plain delta: all but a few lines), that
+           delta's str and event, inline in the loop with no decoder code
+           around them: no method call, no check of the read, no part
+           kept. msgspec / bare is the most any Python around this C call
+           could show against msgspec; the events are checked (the smoke
+           test), the time against nothing
   core_call, msgspec_decode
            diagnostics of the same kind: ours' C call alone per read, and
            msgspec's decode alone per line. Each approach less its parse
@@ -60,7 +67,14 @@ import decoder_bench as db  # noqa: E402  (sets up agent.stream from the tree if
 
 from agent.stream.decoders import OllamaDecoder  # noqa: E402
 from agent.stream._binding import lib  # noqa: E402
-from agent.stream.decoder import StreamDecoder  # noqa: E402
+from agent.stream.decoder import (  # noqa: E402
+    _PACKED,
+    _PACKED_INDEX,
+    _PACKED_KIND,
+    _PACKED_KIND_BITS,
+    _PACKED_TEXT_SHIFT,
+    StreamDecoder,
+)
 from agent.stream.records import Protocol, ReasoningDelta, TextDelta  # noqa: E402
 
 sb = db.sb
@@ -278,6 +292,24 @@ def _floor_run(dec: StreamDecoder, reads: list[bytes]) -> list:
     return out
 
 
+def _bare_run(dec: StreamDecoder, reads: list[bytes]) -> list:
+    """Diagnostic, a bound on ours: StreamDecoder.feed's short way inline,
+    with nothing of a decoder around it. Per read the core's call; when it
+    packed its return (one plain delta and all the call's text), that text
+    made a str and the delta's event kept. The few other reads (the first
+    line's model, the tool calls, the done line) get the call alone, less
+    than ours does for them."""
+    feed, st, text = lib.ha_stream_feed_packed, dec._st, dec._text
+    events: list = []
+    keep = events.append
+    for r in reads:
+        n = ~feed(st, r, len(r))
+        if n >= 0:
+            keep(_PACKED[n & _PACKED_KIND](n >> _PACKED_KIND_BITS & _PACKED_INDEX,
+                                          text[0:n >> _PACKED_TEXT_SHIFT].decode()))
+    return events
+
+
 def _core_call_run(dec: StreamDecoder, reads: list[bytes]) -> None:
     """Diagnostic: ours' C call alone, one ha_stream_feed_packed per read,
     its records and text left in the areas; no Python object made."""
@@ -295,7 +327,7 @@ def _msgspec_decode_run(_, reads: list[bytes]) -> None:
 
 
 # timed with the others (one line per read), checked against nothing
-DIAGNOSTICS = ("floor", "core_call", "msgspec_decode")
+DIAGNOSTICS = ("floor", "bare", "core_call", "msgspec_decode")
 
 
 def runners(diagnostics: bool = False) -> dict:
@@ -306,6 +338,7 @@ def runners(diagnostics: bool = False) -> dict:
         out["msgspec"] = (_msgspec_prepare, _msgspec_run)
     if diagnostics:
         out["floor"] = (_floor_prepare, _floor_run)
+        out["bare"] = (_floor_prepare, _bare_run)
         out["core_call"] = (_floor_prepare, _core_call_run)
         if msgspec is not None:
             out["msgspec_decode"] = (_msgspec_prepare, _msgspec_decode_run)
@@ -424,12 +457,17 @@ def report(res: dict, out) -> None:
             tail = (f"{ratio['medians']:>19.2f}x{ratio['paired_rounds']:>7.2f}x"
                     f"{ratio['minima']:>7.2f}x") if ratio else ""
             p(f"{reg:<8}{r['reads']:>6}  {a:<9}{x['median']:>10,.0f}{x['iqr_pct']:>6.0f}%{tail}")
-        if "floor" in r and "msgspec" in r:
-            f, m = r["floor"], r["msgspec"]
-            paired = statistics.median(x / y for x, y in zip(m["samples"], f["samples"]))
-            p(f"{'':<14}  floor{f['median']:>14,.0f}{f['iqr_pct']:>6.0f}%   msgspec/floor "
-              f"{m['median'] / f['median']:.2f}x, paired {paired:.2f}x: the most a "
-              f"decoder of one cffi call and one event per read could show")
+        # the bounds: msgspec against each, medians and per-round pairs
+        for name, what in (("floor", "the most a decoder of one cffi call and one event "
+                                     "per read could show"),
+                           ("bare", "ours' C call, str and event with no decoder code "
+                                    "around them, the most any could show")):
+            if name in r and "msgspec" in r:
+                b, m = r[name], r["msgspec"]
+                paired = statistics.median(x / y for x, y in zip(m["samples"], b["samples"]))
+                p(f"{'':<14}  {name:<5}{b['median']:>14,.0f}{b['iqr_pct']:>6.0f}%   "
+                  f"msgspec/{name} {m['median'] / b['median']:.2f}x, paired {paired:.2f}x: "
+                  f"{what}")
         if {"core_call", "msgspec_decode", "floor"} <= r.keys():
             c, d, f = (r[k]["median"] for k in ("core_call", "msgspec_decode", "floor"))
             p(f"{'':<14}  core_call{c:>10,.0f}   msgspec_decode {d:,.0f}: each parse alone; "

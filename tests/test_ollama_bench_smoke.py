@@ -70,9 +70,10 @@ def test_quick_mode_runs_end_to_end():
             assert r[peer]["median"] > 0 and r[f"ratio_{peer}"]["medians"] > 0
         # the floor is timed alongside, one line per read, and no ratio to
         # ours is made of it
-        assert ("floor" in r) == (regime == "line") and "ratio_floor" not in r
+        assert ("floor" in r) == ("bare" in r) == (regime == "line")
+        assert "ratio_floor" not in r and "ratio_bare" not in r
     assert res["regimes"]["line"]["floor"]["median"] > 0
-    assert ("msgspec/floor" in proc.stderr) == bool(ob.msgspec)
+    assert ("msgspec/floor" in proc.stderr) == ("msgspec/bare" in proc.stderr) == bool(ob.msgspec)
 
 
 def test_the_floor_does_no_decoding(stream):
@@ -81,3 +82,16 @@ def test_the_floor_does_no_decoding(stream):
     lines, _ = stream
     out = ob._floor_run(ob._floor_prepare(1)[0], lines)
     assert [type(e).__name__ for e in out] == ["TextDelta"] and out[0].text == lines[-1][2:7].decode()
+
+
+def test_the_bare_bound_decodes_every_packed_piece(stream):
+    """The bare diagnostic does the short way's real work: its events are
+    ours' deltas, piece by piece, for every line but the first (which also
+    names the model, so its read is not packed and bare only calls)."""
+    lines, _ = stream
+    events = ob._bare_run(ob._floor_prepare(1)[0], lines)
+    dec = ob.OllamaDecoder()
+    ours = [e for line in lines for e in dec.feed(line)
+            if type(e) in (ob.TextDelta, ob.ReasoningDelta)]
+    assert type(events[0]) is ob.ReasoningDelta and type(events[-1]) is ob.TextDelta
+    assert events == ours[1:]
