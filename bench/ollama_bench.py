@@ -326,7 +326,8 @@ def _msgspec_decode_run(_, reads: list[bytes]) -> None:
         decode(r)
 
 
-# timed with the others (one line per read), checked against nothing
+# timed with the others (one line per read), no ratio to ours made of them;
+# only bare's events are checked (the smoke test), against ours' deltas
 DIAGNOSTICS = ("floor", "bare", "core_call", "msgspec_decode")
 
 
