@@ -15,7 +15,6 @@ again on the same socket.
 from __future__ import annotations
 
 import json
-import os
 import select
 import shutil
 import socket
@@ -407,8 +406,7 @@ ANSWER = ("The hall light is on. The kitchen window is open and the oven is off.
 
 
 def tts_process(sock: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, server.__file__, f"unix://{sock}", "--log", str(log)],
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return spawn_listening([server.__file__, f"unix://{sock}", "--log", str(log)], sock)
 
 
 def until_sync(condition, seconds: float = 30) -> None:
