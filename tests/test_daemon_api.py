@@ -863,11 +863,10 @@ def test_a_client_gone_closes_its_silent_upstream_at_once(start_daemon, mock, ha
     if half_close_first:
         time.sleep(HANGUP_POLL * 2)  # the half-close alone keeps the ask
         assert daemon_upstream_sockets(daemon, mock) == 1
-    closed = time.monotonic()
     raw.close()
+    # within wait_for's seconds, not the provider's read_timeout of 600
     wait_for(lambda: daemon_upstream_sockets(daemon, mock) == 0,
              "the upstream connection closed")
-    assert time.monotonic() - closed < timeout(5)
     with daemon.client() as client:
         status = wait_status(client, lambda s: not s["active"])
         assert client.call("history", session="gone")["turns"] == []
