@@ -67,11 +67,15 @@ def test_a_tiny_run_end_to_end(capsys):
     for key in ("idle_rss_kib", "idle_hwm_kib", "load_peak_rss_kib", "load_hwm_kib",
                 "after_load_rss_kib", "after_latency_rss_kib"):
         assert isinstance(memory[key], int) and memory[key] > 0, key
-    assert memory["load_hwm_kib"] >= memory["idle_hwm_kib"]  # a high-water mark only rises
+    # VmHWM is at least VmRSS in one read of /proc/PID/status. Across two
+    # reads it can fall: the kernel raises its stored high-water mark only
+    # now and then, and shows the current RSS when that is higher.
+    assert memory["idle_hwm_kib"] >= memory["idle_rss_kib"]
     assert len(memory["waves"]) == 2
     for wave in memory["waves"]:
         assert wave["seconds"] > 0 and wave["samples"] >= 1
         assert wave["peak_rss_kib"] > 0 and wave["after_rss_kib"] > 0
+        assert wave["hwm_kib"] >= wave["after_rss_kib"]  # one read
 
     first = result["first_delta"]
     for path in ("daemon", "direct"):
