@@ -20,17 +20,17 @@ calls with their argument bytes, done_reason, counts):
            msgspec.Raw (their bytes as sent, as ours keeps them); per read
            it returns the same delta objects ours does (TextDelta,
            ReasoningDelta), the work a consumer that forwards deltas needs
-  floor    a diagnostic, no decoder: per read one cffi call that does
-           nothing, one str and one TextDelta in a list. msgspec / floor is
-           the most any decoder reaching Python by one cffi call and one
-           event object per read could show against msgspec, whatever its C
-           code cost; it is timed in the same rounds and checked against
-           nothing
-  bare     a diagnostic, a bound on ours: per read ours' own C call and, for
+  floor    a diagnostic, no decoder: per read ours' call (the binding of
+           csrc/pyfeed.c) given an empty read, one str and one TextDelta in
+           a list. msgspec / floor is the most any decoder reaching Python
+           by this call and one event object per read could show against
+           msgspec, whatever its C code cost; it is timed in the same rounds
+           and checked against nothing
+  bare     a diagnostic, a bound on ours: per read ours' own call and, for
            the reads it packs (one plain delta: all but a few lines), that
            delta's str and event, inline in the loop with no decoder code
            around them: no method call, no check of the read, no part
-           kept. msgspec / bare is the most any Python around this C call
+           kept. msgspec / bare is the most any Python around this call
            could show against msgspec; the events are checked (the smoke
            test), the time against nothing
   core_call, msgspec_decode
@@ -66,13 +66,13 @@ sys.path.insert(0, str(HERE))  # bench/ is no package: its siblings by name
 import decoder_bench as db  # noqa: E402  (sets up agent.stream from the tree if needed)
 
 from agent.stream.decoders import OllamaDecoder  # noqa: E402
-from agent.stream._binding import lib  # noqa: E402
 from agent.stream.decoder import (  # noqa: E402
     _PACKED,
     _PACKED_INDEX,
     _PACKED_KIND,
     _PACKED_KIND_BITS,
     _PACKED_TEXT_SHIFT,
+    NO_PACKED_CODE,
     StreamDecoder,
 )
 from agent.stream.records import Protocol, ReasoningDelta, TextDelta  # noqa: E402
@@ -280,42 +280,49 @@ def _floor_prepare(k: int) -> list:
 
 def _floor_run(dec: StreamDecoder, reads: list[bytes]) -> list:
     """Diagnostic, no decoder: per read the least any decoder on this binding
-    with one event object per delta does, one cffi call (ha_stream_retry,
-    which reads one word), one str made from the read's bytes and one
-    TextDelta in a list; no framing, no parsing, no answer. msgspec / floor
-    bounds the ratio such a decoder can reach over the msgspec peer."""
-    retry, st = lib.ha_stream_retry, dec._st
+    with one event object per delta does, ours' call given no bytes (so no
+    framing, no parsing), one str made from the read's bytes and one
+    TextDelta in a list; no answer. msgspec / floor bounds the ratio such a
+    decoder can reach over the msgspec peer."""
+    feed = dec._feed
     out: list = []
     for r in reads:
-        retry(st)
+        feed(b"", NO_PACKED_CODE)
         out = [TextDelta(0, r[2:7].decode("utf-8"))]
     return out
 
 
 def _bare_run(dec: StreamDecoder, reads: list[bytes]) -> list:
-    """Diagnostic, a bound on ours: StreamDecoder.feed's short way inline,
-    with nothing of a decoder around it. Per read the core's call; when it
-    packed its return (one plain delta and all the call's text), that text
-    made a str and the delta's event kept. The few other reads (the first
-    line's model, the tool calls, the done line) get the call alone, less
-    than ours does for them."""
-    feed, st, text = lib.ha_stream_feed_packed, dec._st, dec._text
+    """Diagnostic, a bound on ours: a provider decoder's short way inline,
+    with nothing of a decoder around it. Per read the core's call, told the
+    code of the delta before; a delta that continues it comes back as its
+    text's str, and its event is kept. A delta that starts another part
+    (packed, another code) is made from the text area, as StreamDecoder
+    does. The few other reads (the first line's model, the tool calls, the
+    done line) get the call alone, less than ours does for them."""
+    feed, text = dec._feed, dec._text
     events: list = []
     keep = events.append
+    code, cls, index = NO_PACKED_CODE, None, 0
     for r in reads:
-        n = ~feed(st, r, len(r))
-        if n >= 0:
-            keep(_PACKED[n & _PACKED_KIND](n >> _PACKED_KIND_BITS & _PACKED_INDEX,
-                                          text[0:n >> _PACKED_TEXT_SHIFT].decode()))
+        n = feed(r, code)
+        if type(n) is str:
+            keep(cls(index, n))
+        elif n < 0:
+            n = ~n
+            code = n & ((1 << _PACKED_TEXT_SHIFT) - 1)
+            cls, index = _PACKED[n & _PACKED_KIND], n >> _PACKED_KIND_BITS & _PACKED_INDEX
+            keep(cls(index, text[0:n >> _PACKED_TEXT_SHIFT].decode()))
     return events
 
 
 def _core_call_run(dec: StreamDecoder, reads: list[bytes]) -> None:
-    """Diagnostic: ours' C call alone, one ha_stream_feed_packed per read,
-    its records and text left in the areas; no Python object made."""
-    feed, st = lib.ha_stream_feed_packed, dec._st
+    """Diagnostic: ours' call alone, one ha_stream_feed_packed per read by
+    the binding, its records and text left in the areas; no Python object
+    made but the call's int."""
+    feed = dec._feed
     for r in reads:
-        feed(st, r, len(r))
+        feed(r, NO_PACKED_CODE)
 
 
 def _msgspec_decode_run(_, reads: list[bytes]) -> None:
@@ -459,7 +466,7 @@ def report(res: dict, out) -> None:
                     f"{ratio['minima']:>7.2f}x") if ratio else ""
             p(f"{reg:<8}{r['reads']:>6}  {a:<9}{x['median']:>10,.0f}{x['iqr_pct']:>6.0f}%{tail}")
         # the bounds: msgspec against each, medians and per-round pairs
-        for name, what in (("floor", "the most a decoder of one cffi call and one event "
+        for name, what in (("floor", "the most a decoder of this call and one event "
                                      "per read could show"),
                            ("bare", "ours' C call, str and event with no decoder code "
                                     "around them, the most any could show")):

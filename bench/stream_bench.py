@@ -644,19 +644,20 @@ def _core_c_only_prepare(k: int) -> list:
 
 
 def _core_c_only_run(dec: StreamDecoder, reads: list[bytes]) -> None:
-    """Diagnostic: the C calls alone, records written but never unpacked.
-    Reaches into StreamDecoder's private members on purpose."""
+    """Diagnostic: the C calls alone, by StreamDecoder's own call (the
+    binding of csrc/pyfeed.c), records written but never unpacked. Reaches
+    into StreamDecoder's private members on purpose."""
     from agent.stream._binding import lib
+    from agent.stream.decoder import NO_PACKED_CODE
 
-    f = lib.ha_stream_feed
-    st = dec._st
+    f = dec._feed
     recs = dec._areas[1]  # the int64 record area; words 2, 3: bytes used, full
     for r in reads:
-        f(st, r, len(r))
+        f(r, NO_PACKED_CODE)
         while recs[3]:  # HA_HDR_FULL: feed the unconsumed rest
             r = r[recs[2]:]
-            f(st, r, len(r))
-    lib.ha_stream_close(st)
+            f(r, NO_PACKED_CODE)
+    lib.ha_stream_close(dec._st)
 
 
 def _quantiles(xs: list[float]) -> tuple[float, float, float]:
@@ -869,7 +870,7 @@ def report(res: dict, out) -> None:
         for reg, what in (("4k", "4 KiB reads"), ("event", "1 event/read")):
             c_only = ns["core_c_only"][reg]["median"]
             tot = core[reg]["median"]
-            p(f"core, {what}: C calls (cffi call included) {c_only:,.0f} ns/event, Python side "
+            p(f"core, {what}: C calls (the call from Python included) {c_only:,.0f} ns/event, Python side "
               f"(feed/_unpack frames, tolist, str decode, event objects) {tot - c_only:,.0f} "
               f"ns/event ({(tot - c_only) / tot * 100:.0f}%)")
     ctor = st["decoder_construction_ns"]

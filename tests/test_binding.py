@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ import pytest
 import agent
 from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
 from agent.stream import records
-from agent.stream._binding import ffi
+from agent.stream._binding import Feed, ffi, lib
+from agent.stream.decoder import NO_PACKED_CODE, packed_code
 from agent.stream.decoders.ollama import OllamaDecoder
 from agent.stream.decoders.openai_chat import OpenAIChatDecoder
 from agent.stream.records import (
@@ -75,7 +77,7 @@ _BLOCKED_IMPORT = textwrap.dedent("""
 
     class Block:
         def find_spec(self, name, path=None, target=None):
-            if name == "agent.stream._core":
+            if name == sys.argv[1]:
                 raise ModuleNotFoundError("blocked by the test", name=name)
             return None
 
@@ -92,12 +94,13 @@ _BLOCKED_IMPORT = textwrap.dedent("""
 """)
 
 
-def test_import_without_extension_says_how_to_build():
-    proc = subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT], cwd=ROOT,
+@pytest.mark.parametrize("extension", ["agent.stream._core", "agent.stream._feed"])
+def test_import_without_extension_says_how_to_build(extension):
+    proc = subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT, extension], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     message = proc.stdout.split("MESSAGE:", 1)[1]
-    assert "agent.stream._core" in message
+    assert extension in message
     assert "pip install -e ." in message
     assert "C compiler" in message and "python3-dev" in message
     # the original failure is chained, not swallowed
@@ -125,9 +128,9 @@ def test_buffer_size_below_minimum_rejected():
 
 
 def test_records_below_one_rejected():
-    for records in (0, -5):
+    for count in (0, -5):
         with pytest.raises(ValueError, match="records must be at least 1"):
-            StreamDecoder(Protocol.OPENAI_CHAT, records=records)
+            StreamDecoder(Protocol.OPENAI_CHAT, records=count)
     StreamDecoder(Protocol.OPENAI_CHAT, records=1)
 
 
@@ -167,6 +170,81 @@ def test_retry_property():
     assert dec.retry == 2500
     dec.feed(b"retry: x\n")
     assert dec.retry == 2500
+
+
+# ---------------------------------------------------------------------------
+# the per-read call's binding (csrc/pyfeed.c)
+# ---------------------------------------------------------------------------
+
+def _address(cdata) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+_FEED = _address(ffi.addressof(lib, "ha_stream_feed_packed"))
+
+
+def test_feed_returns_the_piece_it_was_told_to_continue():
+    dec = StreamDecoder(Protocol.OLLAMA)
+    feed = dec._feed
+    text = packed_code(TextDelta(0, ""))
+    # the first line: the model's Meta and the delta, two records
+    assert feed(_line({"content": "a"}), text) == 2
+    # a read of one delta with the code it packs to: its text as a str
+    assert feed(_line({"content": "wörld 🙂"}), text) == "wörld 🙂"
+    # the same read, no code to match: the call's packed return, as is
+    n = feed(_line({"content": "héllo"}), NO_PACKED_CODE)
+    assert n == ~(len("héllo".encode()) << lib.HA_PACKED_TEXT_SHIFT | text)
+    # another kind than the code's: the packed return, its record written
+    n = feed(_line({"thinking": "hm"}), text)
+    assert type(n) is int and n < 0
+    assert dec._unpacked(1, b"") == [ReasoningDelta(0, "hm")]
+    # no event in the read, or a read that is not one delta: the count
+    assert feed(b'{"model":"m","message":{"content":"b"}', text) == 0
+    data = b',"done":false}\n{"model":"m","done":true}\n'
+    n = feed(data, text)
+    assert n > 1 and dec._unpacked(n, data)[0] == TextDelta(0, "b")
+
+
+def test_feed_refuses_what_is_not_a_read_and_a_code():
+    feed = StreamDecoder(Protocol.OLLAMA)._feed
+    for args in [(bytearray(b"{}\n"), 0), ("{}\n", 0), (b"{}\n",), (b"{}\n", 0, 0)]:
+        with pytest.raises(TypeError):
+            feed(*args)
+    with pytest.raises(TypeError):
+        feed(b"{}\n", "0")
+    with pytest.raises(OverflowError):
+        feed(b"{}\n", 1 << 64)
+
+
+def test_feed_object_needs_addresses_and_no_keywords():
+    dec = StreamDecoder(Protocol.OLLAMA)
+    st, text = _address(dec._st), _address(dec._areas[2])
+    for addresses in [(0, st, text), (_FEED, 0, text), (_FEED, st, 0)]:
+        with pytest.raises(ValueError, match="non-null"):
+            Feed(*addresses, None)
+    with pytest.raises(TypeError):
+        Feed(_FEED, st, text)
+    with pytest.raises(TypeError, match="keyword"):
+        Feed(_FEED, st, text, owner=None)
+
+
+def test_feed_object_keeps_its_owner_alive():
+    # the raw addresses it keeps are of memory its owner holds: the owner
+    # lives as long as the Feed, and no longer
+    class Owner:
+        pass
+
+    dec = StreamDecoder(Protocol.OLLAMA)
+    owner = Owner()
+    alive = weakref.ref(owner)
+    feed = Feed(_FEED, _address(dec._st), _address(dec._areas[2]), owner).feed
+    del owner
+    gc.collect()
+    assert alive() is not None
+    assert feed(_line({"content": "x"}), NO_PACKED_CODE) == 2  # Meta and the delta
+    del feed
+    gc.collect()
+    assert alive() is None
 
 
 # ---------------------------------------------------------------------------

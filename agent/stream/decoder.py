@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import struct
 
-from agent.stream._binding import ffi, lib
+from agent.stream._binding import Feed, ffi, lib
 from agent.stream.records import (
     BlockStart,
     BlockStop,
@@ -107,19 +107,21 @@ _PACKED = tuple(_PACKED_BY_KIND.get(k) for k in range(_PACKED_KIND + 1))
 _PACKED_INDEX = lib.HA_PACKED_MAX_INDEX - 1
 _PACKED_KIND_BITS = lib.HA_PACKED_KIND_BITS
 _PACKED_TEXT_SHIFT = lib.HA_PACKED_TEXT_SHIFT
-PACKED_CODE_MASK = (1 << _PACKED_TEXT_SHIFT) - 1
+NO_PACKED_CODE = -1  # matches no packed return: the binding's feed() gives its int
 
 
 def packed_code(delta) -> int:
     """What ha_stream_feed_packed returns, inverted and masked, for a next
-    delta of this one's class and index, or -1 when it cannot be packed."""
+    delta of this one's class and index, or NO_PACKED_CODE when it cannot be
+    packed."""
     kind = _PACKED_KIND_OF.get(type(delta))
     if kind is None or not 0 <= delta.index <= _PACKED_INDEX:
-        return -1
+        return NO_PACKED_CODE
     return delta.index << _PACKED_KIND_BITS | kind
 
 
 _PACKED_KIND_OF = {cls: kind for kind, cls in _PACKED_BY_KIND.items()}
+_FEED_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ha_stream_feed_packed")))
 _END_SENTINELS = ("[DONE]", "message_stop", "done")  # by HA_REC_END's code
 _ITEM_KINDS = {k.value: k for k in ItemKind}
 _FINISH = {k.value: k for k in FinishStatus}
@@ -168,7 +170,9 @@ class StreamDecoder:
         self._recs_view = memoryview(self._recs)
         self._text = ffi.buffer(text)
         self._raw = memoryview(ffi.buffer(raw))
-        self._feed = lib.ha_stream_feed_packed
+        # the per-read call, by the hand-written binding (csrc/pyfeed.c)
+        self._feed = Feed(_FEED_ADDRESS, int(ffi.cast("uintptr_t", st)),
+                          int(ffi.cast("uintptr_t", text)), (st, self._areas)).feed
         self._closed = False
         self._item_id: str | None = None  # of the last one-delta read
 
@@ -184,7 +188,7 @@ class StreamDecoder:
             raise StreamClosedError("feed() after close()")
         if type(data) is not bytes:
             data = bytes(data)
-        n = self._feed(self._st, data, len(data))
+        n = self._feed(data, NO_PACKED_CODE)
         if n < 0:
             # The usual read of a stream that keeps up: one plain delta, all
             # the call's text, told by the return value. One decode, one
@@ -226,7 +230,7 @@ class StreamDecoder:
             if not full:
                 return out
             data = data[used:]
-            n = self._feed(self._st, data, len(data))
+            n = self._feed(data, NO_PACKED_CODE)
             if n < 0:  # packed: its one record is written too
                 n = 1
 

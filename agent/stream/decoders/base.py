@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.stream._binding import lib
-from agent.stream.decoder import (DEFAULT_BUFFER_SIZE, PACKED_CODE_MASK, StreamDecoder,
+from agent.stream.decoder import (DEFAULT_BUFFER_SIZE, NO_PACKED_CODE, StreamDecoder,
                                   packed_code)
 from agent.stream.records import (
     DecodeWarning,
@@ -67,8 +66,6 @@ class ThinkingBuilder:
 
 DEFAULT_MAX_ARGUMENTS = 64 * 1024  # bytes of one call's arguments
 _PIECES = (TextDelta, ReasoningDelta)  # the deltas feed()'s short way continues
-_NO_PART = -1  # never a packed code
-_TEXT_SHIFT = lib.HA_PACKED_TEXT_SHIFT
 
 
 class CallBuilder:
@@ -191,13 +188,11 @@ class ProviderDecoder:
         # feed()'s short way: the packed code (decoder.packed_code) of the
         # delta that continues the part in progress, its class and index,
         # and where that part's pieces go
-        self._continuing = _NO_PART
+        self._continuing = NO_PACKED_CODE
         self._continuing_class: type | None = None
         self._continuing_index = -1
         self._add_piece = None
-        self._core_feed = lib.ha_stream_feed_packed
-        self._core_st = self._core._st
-        self._core_text = self._core._text
+        self._core_feed = self._core._feed
 
     def feed(self, data: bytes) -> list:
         if type(data) is not bytes or self._closed:
@@ -206,17 +201,16 @@ class ProviderDecoder:
             # The usual read: one piece of the part the last read's delta
             # went to, told by the core's packed return. Passed on as it
             # came, the core's feed() and _handle's loop skipped: one C
-            # call, one str, one event.
-            n = ~self._core_feed(self._core_st, data, len(data))
-            if n >= 0 and n & PACKED_CODE_MASK == self._continuing:
-                text = self._core_text[0:n >> _TEXT_SHIFT].decode()  # UTF-8
-                self._add_piece(text)
-                return [self._continuing_class(self._continuing_index, text)]
+            # call that returns the piece's str, one event.
+            n = self._core_feed(data, self._continuing)
+            if type(n) is str:
+                self._add_piece(n)
+                return [self._continuing_class(self._continuing_index, n)]
             # a packed return writes its one record too
-            events = self._core._unpacked(1 if n >= 0 else ~n, data)
+            events = self._core._unpacked(n if n >= 0 else 1, data)
         out: list = []
         self._handle(events, out)
-        self._continuing = _NO_PART
+        self._continuing = NO_PACKED_CODE
         last = events[-1] if events and not self._ended else None
         if type(last) in _PIECES:
             builder = self._continued(last)
