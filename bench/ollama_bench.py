@@ -74,6 +74,7 @@ from agent.stream.decoder import (  # noqa: E402
     _PACKED_TEXT_SHIFT,
     NO_PACKED_CODE,
     StreamDecoder,
+    packed_code,
 )
 from agent.stream.records import Protocol, ReasoningDelta, TextDelta  # noqa: E402
 
@@ -310,9 +311,10 @@ def _bare_run(dec: StreamDecoder, reads: list[bytes]) -> list:
             keep(cls(index, n))
         elif n < 0:
             n = ~n
-            code = n & ((1 << _PACKED_TEXT_SHIFT) - 1)
-            cls, index = _PACKED[n & _PACKED_KIND], n >> _PACKED_KIND_BITS & _PACKED_INDEX
-            keep(cls(index, text[0:n >> _PACKED_TEXT_SHIFT].decode()))
+            delta = _PACKED[n & _PACKED_KIND](n >> _PACKED_KIND_BITS & _PACKED_INDEX,
+                                              text[0:n >> _PACKED_TEXT_SHIFT].decode())
+            keep(delta)
+            code, cls, index = packed_code(delta), type(delta), delta.index
     return events
 
 
