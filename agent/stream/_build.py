@@ -93,8 +93,8 @@ def declarations(header: str, names: tuple[str, ...]) -> str:
     return "\n".join(found)
 
 
-# ha_stream_feed_packed is declared for its address: the per-read call is
-# made by the hand-written binding (csrc/pyfeed.c), of this module's copy
+# ha_stream_feed_packed is declared for its address: the hand-written
+# binding (csrc/pyfeed.c) makes the per-read call to this module's function
 STREAM_FUNCTIONS = ("ha_stream_text_size", "ha_stream_raw_size", "ha_stream_init",
                     "ha_stream_feed_packed", "ha_stream_close", "ha_stream_retry")
 JSON_FUNCTIONS = ("ha_json_parse", "ha_json_iter_init", "ha_json_obj_next", "ha_json_arr_next",
