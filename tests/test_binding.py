@@ -21,6 +21,7 @@ import agent
 from agent.stream import DEFAULT_BUFFER_SIZE, Protocol, StreamClosedError, StreamDecoder
 from agent.stream import records
 from agent.stream._binding import Feed, ffi, lib
+from agent.stream.decoder import _FEED_ADDRESS as _FEED
 from agent.stream.decoder import NO_PACKED_CODE, packed_code
 from agent.stream.decoders.ollama import OllamaDecoder
 from agent.stream.decoders.openai_chat import OpenAIChatDecoder
@@ -178,9 +179,6 @@ def test_retry_property():
 
 def _address(cdata) -> int:
     return int(ffi.cast("uintptr_t", cdata))
-
-
-_FEED = _address(ffi.addressof(lib, "ha_stream_feed_packed"))
 
 
 def test_feed_returns_the_piece_it_was_told_to_continue():
