@@ -89,13 +89,10 @@ static PyObject *feed_feed(PyObject *obj, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "feed() takes the read and a packed code");
         return NULL;
     }
-    if (!PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "feed() reads bytes");
-        return NULL;
-    }
     long long code = PyLong_AsLongLong(args[1]);
     if (code == -1 && PyErr_Occurred())
         return NULL;
+    /* a TypeError for anything but bytes */
     if (PyBytes_AsStringAndSize(args[0], &data, &len) < 0)
         return NULL;
     int64_t n = self->feed(self->st, (const uint8_t *)data, (size_t)len);
