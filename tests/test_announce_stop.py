@@ -339,8 +339,15 @@ def test_stop_of_this_connection_only(setup):
 
 
 def test_stop_kills_a_running_speech_program(setup):
+    # The sleeper done with the earlier tests' speech (one status read: a
+    # run is counted before it stops speaking), so that the only run from
+    # here is this announcement's, and the marker is its own
+    def idle():
+        sleeper = setup.devices()["sleeper"]
+        return sleeper if sleeper["queued"] == 0 and not sleeper["speaking"] else None
+
+    runs = wait_until(idle, "the sleeper idle")["runs"]
     setup.marker.unlink(missing_ok=True)
-    runs = setup.devices()["sleeper"]["runs"]
     with setup.daemon.client() as client:
         assert client.call("announce", text="30", device="sleeper")["type"] == "announced"
     wait_until(setup.marker.exists, "the speech program started")
